@@ -1,0 +1,93 @@
+"""Model and tokenizer fingerprints: what lets a snapshot tell "the model changed" from "the model regressed"."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from pytest_genguard.trace import ModelFingerprint, TokenizerFingerprint
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+# Config keys that change without the model changing: bookkeeping, the Trainer's use_cache write, dtype (recorded on
+# its own) and the attention implementation (an environment field, not a property of the weights).
+_VOLATILE_CONFIG_KEYS = frozenset(
+    {
+        "transformers_version",
+        "_name_or_path",
+        "name_or_path",
+        "use_cache",
+        "torch_dtype",
+        "dtype",
+        "_attn_implementation",
+        "_attn_implementation_autoset",
+        "attn_implementation",
+        "_commit_hash",
+        "architectures",
+    }
+)
+
+
+def _clean_config(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _clean_config(v) for k, v in sorted(value.items()) if k not in _VOLATILE_CONFIG_KEYS}
+    if isinstance(value, list):
+        return [_clean_config(v) for v in value]
+    return value
+
+
+def config_hash(model: PreTrainedModel) -> str:
+    """sha256 of the model config without volatile keys (stable across transformers versions and devices)."""
+    raw = model.config.to_dict()
+    text = json.dumps(_clean_config(raw), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def weights_hash(model: PreTrainedModel) -> str:
+    """sha256 over every parameter and buffer as stored (name, dtype, shape, bytes); device independent."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def model_dtype(model: PreTrainedModel) -> str:
+    """The floating dtype of the parameters, as 'float32' / 'bfloat16' / 'float16'."""
+    for p in model.parameters():
+        if p.is_floating_point():
+            return str(p.dtype).removeprefix("torch.")
+    return "float32"
+
+
+def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
+    """Fingerprint of the model's config and weights."""
+    return ModelFingerprint(
+        model_type=str(getattr(model.config, "model_type", type(model).__name__)),
+        config_hash=config_hash(model),
+        weights_hash=weights_hash(model),
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        dtype=model_dtype(model),
+    )
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:
+    """Fingerprint of the tokenizer: its full serialized form where it has one, else its vocabulary and specials."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        doc = json.loads(backend.to_str())
+        doc.pop("truncation", None)
+        doc.pop("padding", None)  # padding side and length are call-time settings, not the tokenizer
+        text = json.dumps(doc, sort_keys=True)
+    else:
+        text = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
+    specials = json.dumps(
+        {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())}, sort_keys=True, ensure_ascii=False
+    )
+    digest = hashlib.sha256((text + "\n" + specials).encode("utf-8", "surrogatepass")).hexdigest()
+    return TokenizerFingerprint(name=type(tokenizer).__name__, vocab_size=len(tokenizer), hash=digest)

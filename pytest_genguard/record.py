@@ -1,0 +1,298 @@
+"""`record()`: one batched `generate()` call, captured as a `GenerationTrace`.
+
+Raw logits (`output_logits=True`) give each step's top-k of log-softmax; processed scores (`output_scores=True`) give
+the score decoding actually used for the chosen token. Both need `return_dict_in_generate=True`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step, float32
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+# Generation settings that change what is generated; stored in every trace so a changed test is told from a change
+# of the model.
+SETTING_KEYS: tuple[str, ...] = (
+    "max_new_tokens",
+    "min_new_tokens",
+    "do_sample",
+    "num_beams",
+    "temperature",
+    "top_k",
+    "top_p",
+    "typical_p",
+    "min_p",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "length_penalty",
+    "early_stopping",
+    "use_cache",
+)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    config: GenerationConfig
+    model_kwargs: dict[str, Any]
+    settings: dict[str, JSONScalar]
+
+
+def _token_texts(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> dict[int, str]:
+    """Each id's exact text: byte-level tokens as their bytes (surrogate-escaped), others via decode()."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    decoder = {v: k for k, v in bytes_to_unicode().items()}
+    unique = sorted(set(ids))
+    pieces = tokenizer.convert_ids_to_tokens(unique)
+    specials = set(tokenizer.all_special_ids)
+    out: dict[int, str] = {}
+    for token_id, piece in zip(unique, pieces, strict=False):
+        if piece is not None and token_id not in specials and all(ch in decoder for ch in piece):
+            out[token_id] = bytes(decoder[ch] for ch in piece).decode("utf-8", "surrogateescape")
+        else:
+            out[token_id] = tokenizer.decode([token_id])
+    return out
+
+
+def _prepare(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, generate_kwargs: dict[str, Any]
+) -> _Prepared:
+    """A copy of the generation config with the call's settings; the model's own config is never mutated."""
+    base = generate_kwargs.pop("generation_config", None) or model.generation_config
+    config = copy.deepcopy(base)
+    model_kwargs = config.update(**generate_kwargs)
+    config.max_new_tokens = max_new_tokens
+    config.return_dict_in_generate = True
+    config.output_scores = True
+    config.output_logits = True
+    if config.pad_token_id is None:
+        config.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if config.eos_token_id is None:
+        config.eos_token_id = tokenizer.eos_token_id
+    if getattr(config, "num_return_sequences", 1) not in (None, 1):
+        raise ValueError(
+            "record(): num_return_sequences must be 1 (one recorded path per prompt); record each sequence "
+            "with its own seed instead."
+        )
+    settings: dict[str, JSONScalar] = {}
+    for key in SETTING_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            settings[key] = value
+    settings["max_new_tokens"] = max_new_tokens
+    settings["mode"] = _mode(config)
+    return _Prepared(config=config, model_kwargs=dict(model_kwargs), settings=settings)
+
+
+def _mode(config: GenerationConfig) -> str:
+    if (getattr(config, "num_beams", 1) or 1) > 1:
+        return "beam"
+    return "sample" if getattr(config, "do_sample", False) else "greedy"
+
+
+@contextlib.contextmanager
+def _recording_state(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, padding_side: str) -> Iterator[None]:
+    """Eval mode, no_grad and the padding side for the call; everything restored afterwards."""
+    import torch
+
+    was_training = model.training
+    old_side = tokenizer.padding_side
+    model.eval()
+    tokenizer.padding_side = padding_side
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        tokenizer.padding_side = old_side
+        model.train(was_training)
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Seed torch for the block without disturbing the caller's RNG streams (a no-op for seed=None)."""
+    import torch
+
+    if seed is None:
+        yield
+        return
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def _eos_ids(config: GenerationConfig) -> set[int]:
+    eos = config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(e) for e in eos} if isinstance(eos, (list, tuple)) else {int(eos)}
+
+
+def record(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: str | Sequence[str],
+    *,
+    max_new_tokens: int,
+    top_k: int = 5,
+    seed: int | None = None,
+    **generate_kwargs: Any,
+) -> GenerationTrace:
+    """Generate for `prompts` in one batched call and capture token paths with per-step top-k logprobs.
+
+    `top_k` is how many alternatives are recorded per step; a sampling top-k goes in a `generation_config`.
+    `seed` seeds sampling without touching the caller's RNG. Other keyword arguments go to `generate()`.
+    """
+
+    from pytest_genguard.environment import environment
+    from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
+
+    prompt_list = [prompts] if isinstance(prompts, str) else list(prompts)
+    if not prompt_list:
+        raise ValueError("record(): prompts is empty; pass one prompt or a list of prompts.")
+    if top_k < 1:
+        raise ValueError(f"record(): top_k must be >= 1, got {top_k}.")
+    if max_new_tokens < 1:
+        raise ValueError(f"record(): max_new_tokens must be >= 1, got {max_new_tokens}.")
+    encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+    prepared = _prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
+    device = next(model.parameters()).device
+    if "stop_strings" in generate_kwargs or getattr(prepared.config, "stop_strings", None):
+        prepared.model_kwargs.setdefault("tokenizer", tokenizer)
+    with _recording_state(model, tokenizer, "right" if encoder_decoder else "left"):
+        batch = tokenizer(prompt_list, return_tensors="pt", padding=True)
+        inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
+        with seeded(seed, device):
+            out = model.generate(
+                **inputs,
+                generation_config=prepared.config,
+                **prepared.model_kwargs,
+            )
+        steps = _collect_steps(out, len(prompt_list), top_k)
+    start = 1 if encoder_decoder else inputs["input_ids"].shape[1]
+    generated = out.sequences[:, start:].tolist()
+    ids_in_trace = [i for row in generated for i in row] + [i for s in steps for i in s["top_ids_flat"]]
+    texts = _token_texts(tokenizer, ids_in_trace)
+    eos = _eos_ids(prepared.config)
+    # Only a stopping criterion ends one sequence of the batch early (its tail is then padding); without one, a pad id
+    # in the output was generated (an untrained model may well emit it).
+    can_stop_early = bool(
+        getattr(prepared.config, "stop_strings", None) or prepared.model_kwargs.get("stopping_criteria")
+    )
+    pad_id = prepared.config.pad_token_id if can_stop_early and isinstance(prepared.config.pad_token_id, int) else None
+    prompt_traces = []
+    mask = batch["attention_mask"].tolist()
+    for b, prompt in enumerate(prompt_list):
+        prompt_ids = tuple(int(i) for i, m in zip(batch["input_ids"][b].tolist(), mask[b], strict=False) if m)
+        prompt_traces.append(
+            _prompt_trace(prompt, prompt_ids, generated[b], steps, b, texts, eos, max_new_tokens, tokenizer, pad_id)
+        )
+    settings = dict(prepared.settings)
+    settings["record_top_k"] = top_k
+    settings["seed"] = seed
+    trace = GenerationTrace(
+        prompts=tuple(prompt_traces),
+        settings=settings,
+        model=model_fingerprint(model),
+        tokenizer=tokenizer_fingerprint(tokenizer),
+        environment=environment(model, device),
+    )
+    _report_fragile_steps(trace)
+    return trace
+
+
+def _report_fragile_steps(trace: GenerationTrace) -> None:
+    """Tell the running test how many steps sit on a near tie: a snapshot of such a step is fragile."""
+    from pytest_genguard.compare import tolerances_for
+    from pytest_genguard.session import emit
+
+    tie_tol = tolerances_for(trace.dtype).tie_tol
+    steps = [s for p in trace for s in p.steps]
+    fragile = sum(1 for s in steps if s.margin <= tie_tol)
+    emit("record", fragile_steps=fragile, prompts=len(trace), steps=len(steps))
+
+
+def _collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]:
+    """Per step, for each prompt's returned path: chosen raw logprob, processed score, best score and raw top-k."""
+    import torch
+
+    logits: tuple[torch.Tensor, ...] = out.logits
+    scores: tuple[torch.Tensor, ...] = out.scores
+    beam_indices = getattr(out, "beam_indices", None)
+    n_steps = len(logits)
+    seq = out.sequences[:, out.sequences.shape[1] - n_steps :]
+    steps: list[dict[str, Any]] = []
+    rows_all = torch.arange(batch_size, device=seq.device)
+    for t in range(n_steps):
+        rows = beam_indices[:, t].clamp(min=0) if beam_indices is not None else rows_all
+        chosen = seq[:, t]
+        raw = torch.log_softmax(logits[t][rows].float(), dim=-1)
+        processed = scores[t][rows].float()
+        k = min(top_k, raw.shape[-1])
+        top_vals, top_ids = raw.topk(k, dim=-1)
+        steps.append(
+            {
+                "chosen_logprob": raw.gather(1, chosen[:, None]).squeeze(1),
+                "score": processed.gather(1, chosen[:, None]).squeeze(1),
+                "best": processed.max(dim=-1).values,
+                "top_vals": top_vals,
+                "top_ids": top_ids,
+            }
+        )
+    # One device->host transfer per field, not per step.
+    for key in ("chosen_logprob", "score", "best", "top_vals", "top_ids"):
+        if steps:
+            stacked = torch.stack([s[key] for s in steps]).cpu().tolist()
+            for s, value in zip(steps, stacked, strict=False):
+                s[key] = value
+    for s in steps:
+        s["top_ids_flat"] = [i for row in s["top_ids"] for i in row]
+    return steps
+
+
+def _prompt_trace(
+    prompt: str,
+    prompt_ids: tuple[int, ...],
+    generated: list[int],
+    steps: list[dict[str, Any]],
+    b: int,
+    texts: dict[int, str],
+    eos: set[int],
+    max_new_tokens: int,
+    tokenizer: PreTrainedTokenizerBase,
+    pad_id: int | None = None,
+) -> PromptTrace:
+    path: list[Step] = []
+    finish = "length"
+    for t, token_id in enumerate(generated[: len(steps)]):
+        s = steps[t]
+        path.append(
+            Step(
+                token_id=int(token_id),
+                token=texts[int(token_id)],
+                logprob=float32(s["chosen_logprob"][b]),
+                score=float32(s["score"][b]),
+                top_ids=tuple(int(i) for i in s["top_ids"][b]),
+                top_logprobs=tuple(float32(v) for v in s["top_vals"][b]),
+                best_score=float32(s["best"][b]),
+            )
+        )
+        if int(token_id) in eos:
+            finish = "eos"
+            break
+        if pad_id is not None and pad_id not in eos and all(i == pad_id for i in generated[t:]):
+            path.pop()  # padding after a stopping criterion ended this sequence while others ran on
+            break
+    if finish != "eos" and len(path) < max_new_tokens:
+        finish = "stop"  # ended early without EOS: a stopping criterion (stop_strings, max_time) ended it
+    ids = [st.token_id for st in path if st.token_id not in eos]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    return PromptTrace(prompt=prompt, prompt_ids=prompt_ids, steps=tuple(path), finish_reason=finish, text=text)

@@ -1,0 +1,417 @@
+"""The trace model and its JSON form: the torch-free data core.
+
+A `GenerationTrace` is what `record()` captured: per prompt the generated token path with, at every step, the chosen
+token's raw log-probability, its processed score, the raw top-k and the top-1/top-2 margin; plus the metadata that
+says what produced it (decoding settings, model and tokenizer fingerprints, environment).
+
+JSON form (schema 1), chosen for review in a git diff:
+- stable key order, metadata first, one step per line so a diff names the step that changed;
+- floats are written as the shortest decimal that round-trips the float32 value (at most 9 significant digits), so
+  float32 values survive a round trip bit for bit; NaN and infinities are written as the strings "nan", "inf",
+  "-inf";
+- token strings are the token's bytes decoded as UTF-8 with ``surrogateescape``: a byte-level token that is not valid
+  UTF-8 on its own keeps its bytes as lone surrogates, written as ``\\udcXX`` escapes (see `Step.token_bytes`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+JSONScalar = str | int | float | bool | None
+FinishReason = Literal["eos", "length", "stop"]
+FINISH_REASONS: tuple[str, ...] = ("eos", "length", "stop")
+
+
+class TraceFormatError(ValueError):
+    """A trace document that cannot be read: corrupt, hand-broken, or of another schema version."""
+
+
+def float32(value: float) -> float:
+    """Round a Python float to the nearest float32, the precision traces store."""
+    if math.isnan(value) or math.isinf(value):
+        return value
+    try:
+        return float(struct.unpack("<f", struct.pack("<f", value))[0])
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One generated token and what the model thought of it.
+
+    `logprob` is the raw log-softmax of the chosen token; `score` the processed score (after processors such as
+    repetition penalty, temperature, top-k/top-p masks) that decoding used; `top_ids`/`top_logprobs` the raw top-k,
+    best first. For beam search `score` is the beam's processed transition score.
+    """
+
+    token_id: int
+    token: str
+    logprob: float
+    score: float
+    top_ids: tuple[int, ...]
+    top_logprobs: tuple[float, ...]
+    best_score: float | None = None
+    """The highest processed score at this step (None when not recorded): for greedy it equals `score`."""
+
+    @property
+    def margin(self) -> float:
+        """Top-1 minus top-2 raw logprob: how far this step is from a tie (inf with fewer than two candidates)."""
+        if len(self.top_logprobs) < 2:
+            return math.inf
+        return self.top_logprobs[0] - self.top_logprobs[1]
+
+    @property
+    def token_bytes(self) -> bytes:
+        """The token's exact bytes (tokens are stored surrogate-escaped)."""
+        return self.token.encode("utf-8", "surrogateescape")
+
+    def rank_of(self, token_id: int) -> int | None:
+        """0-based rank of `token_id` in this step's top-k, or None when it is not there."""
+        try:
+            return self.top_ids.index(token_id)
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True)
+class PromptTrace:
+    """The generation for one prompt."""
+
+    prompt: str
+    prompt_ids: tuple[int, ...]
+    steps: tuple[Step, ...]
+    finish_reason: str
+    text: str = ""
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        return tuple(s.token_id for s in self.steps)
+
+    @property
+    def min_margin(self) -> float:
+        """The smallest top-1/top-2 margin over the steps: how close this path came to a tie."""
+        return min((s.margin for s in self.steps), default=math.inf)
+
+
+@dataclass(frozen=True)
+class ModelFingerprint:
+    """Identifies the weights a trace came from, to tell a changed model from a regressed one."""
+
+    model_type: str
+    config_hash: str
+    weights_hash: str
+    num_parameters: int
+    dtype: str
+
+    def short(self) -> str:
+        return f"{self.model_type}/{self.weights_hash[:12]}"
+
+
+@dataclass(frozen=True)
+class TokenizerFingerprint:
+    """Identifies the tokenizer (vocabulary, merges, specials) a trace was made with."""
+
+    name: str
+    vocab_size: int
+    hash: str
+
+
+@dataclass(frozen=True)
+class GenerationTrace:
+    """Everything `record()` captured for one batch of prompts."""
+
+    prompts: tuple[PromptTrace, ...]
+    settings: Mapping[str, JSONScalar] = field(default_factory=dict)
+    model: ModelFingerprint | None = None
+    tokenizer: TokenizerFingerprint | None = None
+    environment: Mapping[str, JSONScalar] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def __iter__(self) -> Iterator[PromptTrace]:
+        return iter(self.prompts)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+    def __getitem__(self, index: int) -> PromptTrace:
+        return self.prompts[index]
+
+    @property
+    def dtype(self) -> str | None:
+        """The model dtype the trace was recorded in, the key to default tolerances."""
+        if self.model is not None:
+            return self.model.dtype
+        value = self.environment.get("dtype")
+        return str(value) if value is not None else None
+
+    @property
+    def min_margin(self) -> float:
+        return min((p.min_margin for p in self.prompts), default=math.inf)
+
+    def to_json(self) -> str:
+        """Serialize to the diff-friendly schema-1 JSON text (ends with a newline)."""
+        return dumps(self)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "<string>") -> GenerationTrace:
+        """Parse schema-1 JSON text; `source` names the file in error messages."""
+        return loads(text, source=source)
+
+
+# ---------------------------------------------------------------------------------------------------- encoding
+
+
+def format_float(value: float) -> str:
+    """Shortest decimal text that round-trips the float32 nearest to `value`; NaN/inf as JSON strings."""
+    if math.isnan(value):
+        return '"nan"'
+    if math.isinf(value):
+        return '"inf"' if value > 0 else '"-inf"'
+    target = float32(value)
+    if target == 0.0:
+        return "-0.0" if math.copysign(1.0, target) < 0 else "0.0"
+    for digits in range(6, 10):
+        text = f"{target:.{digits}g}"
+        if float32(float(text)) == target:
+            break
+    if "e" not in text and "." not in text and "inf" not in text:
+        text += ".0"
+    return text
+
+
+# Lone surrogates (bytes of an incomplete UTF-8 sequence) cannot be written as UTF-8; U+0085, U+2028 and U+2029 are
+# line breaks to some editors and to str.splitlines(), which would break "one step per line": escape them all.
+_ESCAPED = re.compile("[\ud800-\udfff\u0085\u2028\u2029]")
+
+
+def _string(value: str) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _scalar(value: JSONScalar) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        # Settings and environment values are not float32 data: keep them exactly (repr), NaN/inf as strings.
+        return repr(value) if math.isfinite(value) else format_float(value)
+    return _string(value)
+
+
+def _mapping(values: Mapping[str, JSONScalar], indent: str) -> str:
+    if not values:
+        return "{}"
+    inner = indent + "  "
+    lines = [f"{inner}{_string(k)}: {_scalar(v)}" for k, v in sorted(values.items())]
+    return "{\n" + ",\n".join(lines) + "\n" + indent + "}"
+
+
+def _ints(values: Sequence[int]) -> str:
+    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+
+
+def _floats(values: Sequence[float]) -> str:
+    return "[" + ", ".join(format_float(v) for v in values) + "]"
+
+
+def _step(step: Step) -> str:
+    best = "" if step.best_score is None else f'"best_score": {format_float(step.best_score)}, '
+    return (
+        f'{{"id": {step.token_id}, "token": {_string(step.token)}, "logprob": {format_float(step.logprob)}, '
+        f'"score": {format_float(step.score)}, {best}"margin": {format_float(step.margin)}, '
+        f'"top_ids": {_ints(step.top_ids)}, "top_logprobs": {_floats(step.top_logprobs)}}}'
+    )
+
+
+def _prompt(p: PromptTrace) -> str:
+    steps = ",\n".join(f"        {_step(s)}" for s in p.steps)
+    steps_text = "[\n" + steps + "\n      ]" if p.steps else "[]"
+    return (
+        "    {\n"
+        f'      "prompt": {_string(p.prompt)},\n'
+        f'      "prompt_ids": {_ints(p.prompt_ids)},\n'
+        f'      "finish_reason": {_string(p.finish_reason)},\n'
+        f'      "text": {_string(p.text)},\n'
+        f'      "steps": {steps_text}\n'
+        "    }"
+    )
+
+
+def dumps(trace: GenerationTrace) -> str:
+    """The schema-1 JSON text of `trace` (see the module docstring for the format)."""
+    model = _mapping(vars_of(trace.model), "  ") if trace.model else "null"
+    tokenizer = _mapping(vars_of(trace.tokenizer), "  ") if trace.tokenizer else "null"
+    prompts = "[\n" + ",\n".join(_prompt(p) for p in trace.prompts) + "\n  ]" if trace.prompts else "[]"
+    return (
+        "{\n"
+        f'  "schema": {SCHEMA_VERSION},\n'
+        f'  "settings": {_mapping(trace.settings, "  ")},\n'
+        f'  "model": {model},\n'
+        f'  "tokenizer": {tokenizer},\n'
+        f'  "environment": {_mapping(trace.environment, "  ")},\n'
+        f'  "prompts": {prompts}\n'
+        "}\n"
+    )
+
+
+def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScalar]:
+    return dict(obj.__dict__)
+
+
+# ---------------------------------------------------------------------------------------------------- decoding
+
+_SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+class _Reader:
+    """Typed access to a parsed document that turns every shape error into a `TraceFormatError` naming the path."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, problem: str) -> TraceFormatError:
+        return TraceFormatError(
+            f"{self.source}: {where}: {problem}. The trace file is corrupt or was edited by hand; "
+            "re-record it (for snapshots: pytest --snapshot-update)."
+        )
+
+    def obj(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected an object, found {type(value).__name__}")
+        return value
+
+    def key(self, obj: dict[str, Any], key: str, where: str) -> Any:
+        if key not in obj:
+            raise self.fail(where, f"missing key {key!r}")
+        return obj[key]
+
+    def int_(self, value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(where, f"expected an integer, found {value!r}")
+        return value
+
+    def str_(self, value: Any, where: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(where, f"expected a string, found {value!r}")
+        return value
+
+    def float_(self, value: Any, where: str) -> float:
+        """A stored float32 value (the text is its shortest decimal, so snap it back to float32)."""
+        if isinstance(value, str) and value in _SPECIAL_FLOATS:
+            return _SPECIAL_FLOATS[value]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(where, f"expected a number, found {value!r}")
+        return float32(float(value))
+
+    def list_(self, value: Any, where: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(where, f"expected a list, found {type(value).__name__}")
+        return value
+
+    def scalars(self, value: Any, where: str) -> dict[str, JSONScalar]:
+        out: dict[str, JSONScalar] = {}
+        for k, v in self.obj(value, where).items():
+            if v is not None and not isinstance(v, (str, int, float, bool)):
+                raise self.fail(f"{where}.{k}", f"expected a scalar, found {type(v).__name__}")
+            out[k] = _SPECIAL_FLOATS.get(v, v) if isinstance(v, str) and k in _FLOAT_SETTINGS else v
+        return out
+
+
+# Settings whose values are floats and may be written as "nan"/"inf" strings.
+_FLOAT_SETTINGS = frozenset({"temperature", "top_p", "repetition_penalty", "length_penalty", "typical_p"})
+
+
+def _read_step(r: _Reader, raw: Any, where: str) -> Step:
+    obj = r.obj(raw, where)
+    top_ids = tuple(r.int_(v, f"{where}.top_ids") for v in r.list_(r.key(obj, "top_ids", where), where))
+    top_lps = tuple(r.float_(v, f"{where}.top_logprobs") for v in r.list_(r.key(obj, "top_logprobs", where), where))
+    if len(top_ids) != len(top_lps):
+        raise r.fail(where, f"top_ids has {len(top_ids)} entries but top_logprobs has {len(top_lps)}")
+    return Step(
+        token_id=r.int_(r.key(obj, "id", where), f"{where}.id"),
+        token=r.str_(r.key(obj, "token", where), f"{where}.token"),
+        logprob=r.float_(r.key(obj, "logprob", where), f"{where}.logprob"),
+        score=r.float_(r.key(obj, "score", where), f"{where}.score"),
+        top_ids=top_ids,
+        top_logprobs=top_lps,
+        best_score=None if obj.get("best_score") is None else r.float_(obj["best_score"], f"{where}.best_score"),
+    )
+
+
+def _read_prompt(r: _Reader, raw: Any, where: str) -> PromptTrace:
+    obj = r.obj(raw, where)
+    finish = r.str_(r.key(obj, "finish_reason", where), f"{where}.finish_reason")
+    if finish not in FINISH_REASONS:
+        raise r.fail(f"{where}.finish_reason", f"{finish!r} is not one of {', '.join(FINISH_REASONS)}")
+    steps = r.list_(r.key(obj, "steps", where), f"{where}.steps")
+    return PromptTrace(
+        prompt=r.str_(r.key(obj, "prompt", where), f"{where}.prompt"),
+        prompt_ids=tuple(r.int_(v, f"{where}.prompt_ids") for v in r.list_(r.key(obj, "prompt_ids", where), where)),
+        steps=tuple(_read_step(r, s, f"{where}.steps[{i}]") for i, s in enumerate(steps)),
+        finish_reason=finish,
+        text=r.str_(obj.get("text", ""), f"{where}.text"),
+    )
+
+
+def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
+    """Parse schema-1 trace JSON; every problem raises `TraceFormatError` naming `source` and the fix."""
+    r = _Reader(source)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(
+            f"{source}: not valid JSON ({exc.msg}: line {exc.lineno}, column {exc.colno}); the file is truncated "
+            "or corrupt: restore it from version control or re-record it (pytest --snapshot-update)."
+        ) from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer beyond int_max_str_digits, absurd nesting
+        raise TraceFormatError(
+            f"{source}: not a readable trace ({type(exc).__name__}: {exc}); the file is corrupt: restore it from "
+            "version control or re-record it (pytest --snapshot-update)."
+        ) from None
+    obj = r.obj(doc, "document")
+    schema = obj.get("schema")
+    if type(schema) is not int or schema != SCHEMA_VERSION:  # `true` and `1.0` equal 1 in Python
+        raise TraceFormatError(
+            f"{source}: trace schema {schema!r} is not supported by this pytest-genguard (it reads schema "
+            f"{SCHEMA_VERSION}). Re-record it with this version (pytest --snapshot-update), or use the "
+            "pytest-genguard version that wrote it."
+        )
+    model_raw = obj.get("model")
+    tok_raw = obj.get("tokenizer")
+    model = None
+    if model_raw is not None:
+        m = r.obj(model_raw, "model")
+        model = ModelFingerprint(
+            model_type=r.str_(r.key(m, "model_type", "model"), "model.model_type"),
+            config_hash=r.str_(r.key(m, "config_hash", "model"), "model.config_hash"),
+            weights_hash=r.str_(r.key(m, "weights_hash", "model"), "model.weights_hash"),
+            num_parameters=r.int_(r.key(m, "num_parameters", "model"), "model.num_parameters"),
+            dtype=r.str_(r.key(m, "dtype", "model"), "model.dtype"),
+        )
+    tokenizer = None
+    if tok_raw is not None:
+        t = r.obj(tok_raw, "tokenizer")
+        tokenizer = TokenizerFingerprint(
+            name=r.str_(r.key(t, "name", "tokenizer"), "tokenizer.name"),
+            vocab_size=r.int_(r.key(t, "vocab_size", "tokenizer"), "tokenizer.vocab_size"),
+            hash=r.str_(r.key(t, "hash", "tokenizer"), "tokenizer.hash"),
+        )
+    prompts = r.list_(r.key(obj, "prompts", "document"), "prompts")
+    return GenerationTrace(
+        prompts=tuple(_read_prompt(r, p, f"prompts[{i}]") for i, p in enumerate(prompts)),
+        settings=r.scalars(obj.get("settings", {}), "settings"),
+        model=model,
+        tokenizer=tokenizer,
+        environment=r.scalars(obj.get("environment", {}), "environment"),
+    )
