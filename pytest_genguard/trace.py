@@ -7,7 +7,8 @@ says what produced it (decoding settings, model and tokenizer fingerprints, envi
 JSON form (schema 1), chosen for review in a git diff:
 - stable key order, metadata first, one step per line so a diff names the step that changed;
 - floats are written as the shortest decimal that round-trips the float32 value (at most 9 significant digits), so
-  float32 values survive a round trip bit for bit; NaN and infinities are written as the strings "nan", "inf",
+  float32 values survive a round trip bit for bit; each step's "margin" (top-1 minus top-2, derived, never read back)
+  is written with 4 significant digits for the reviewer; NaN and infinities are written as the strings "nan", "inf",
   "-inf";
 - token strings are the token's bytes decoded as UTF-8 with ``surrogateescape``: a byte-level token that is not valid
   UTF-8 on its own keeps its bytes as lone surrogates, written as ``\\udcXX`` escapes (see `Step.token_bytes`).
@@ -225,11 +226,16 @@ def _floats(values: Sequence[float]) -> str:
     return "[" + ", ".join(format_float(v) for v in values) + "]"
 
 
+def _margin(value: float) -> str:
+    """The derived top-1/top-2 margin, for the reader's eye only (never read back): 4 significant digits."""
+    return format_float(value) if not math.isfinite(value) else f"{value:.4g}"
+
+
 def _step(step: Step) -> str:
     best = "" if step.best_score is None else f'"best_score": {format_float(step.best_score)}, '
     return (
         f'{{"id": {step.token_id}, "token": {_string(step.token)}, "logprob": {format_float(step.logprob)}, '
-        f'"score": {format_float(step.score)}, {best}"margin": {format_float(step.margin)}, '
+        f'"score": {format_float(step.score)}, {best}"margin": {_margin(step.margin)}, '
         f'"top_ids": {_ints(step.top_ids)}, "top_logprobs": {_floats(step.top_logprobs)}}}'
     )
 

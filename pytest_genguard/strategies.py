@@ -1,0 +1,225 @@
+"""Hypothesis strategies for decoding tests.
+
+Imported only by tests that use hypothesis (never by the pytest plugin), so hypothesis is imported at the top.
+
+Trace strategies (torch-free) generate valid random `GenerationTrace` objects for fuzzing anything that consumes
+traces: the JSON form, the comparison rule, the failure text, reports. Values are float32 (what traces store), tokens
+are deliberately odd (lone surrogates standing for raw bytes, quotes, backslashes, newlines, emoji, zero-width and
+combining characters), generations may be empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import strategies as st
+
+from .trace import (
+    FINISH_REASONS,
+    GenerationTrace,
+    JSONScalar,
+    ModelFingerprint,
+    PromptTrace,
+    Step,
+    TokenizerFingerprint,
+)
+
+# ---- trace strategies (torch-free)
+
+ODD_TOKENS: tuple[str, ...] = (
+    "",
+    " ",
+    "  ",
+    "\n",
+    "\t",
+    "\r\n",
+    "'",
+    '"',
+    "\\",
+    "\\n",
+    "\udc80",  # a lone continuation byte (0x80) of a byte-level BPE token, surrogate-escaped
+    "\udce2\udc82",  # the first two bytes of a 3-byte UTF-8 character
+    "\udcff",
+    " caf\udcc3",
+    "😀",
+    "👍🏽",
+    "\u200b",
+    "\u2028",
+    "\x85",
+    "e\u0301",
+    "’",
+    "<|endoftext|>",
+    "Ġthe",
+    "▁the",
+)
+"""Tokens that have broken display or serialisation code before."""
+
+DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "torch.float32", "torch.bfloat16")
+MODEL_TYPES: tuple[str, ...] = ("gpt2", "llama", "t5")
+
+_ALPHABET = st.one_of(st.characters(), st.integers(0xDC80, 0xDCFF).map(chr))
+
+
+def token_texts(max_size: int = 8) -> st.SearchStrategy[str]:
+    """Token strings as traces store them: any text, lone surrogates \\udc80-\\udcff for raw bytes."""
+    return st.one_of(st.sampled_from(ODD_TOKENS), st.text(_ALPHABET, max_size=max_size))
+
+
+def float32s(
+    *, allow_nan: bool = False, min_value: float | None = None, max_value: float | None = None
+) -> st.SearchStrategy[float]:
+    """float32 values; NaN and infinities only with `allow_nan`."""
+    return st.floats(min_value=min_value, max_value=max_value, width=32, allow_nan=allow_nan, allow_infinity=allow_nan)
+
+
+def _descending(values: list[float]) -> list[float]:
+    # Best first; NaN (which torch.topk may put anywhere) goes last so that the order is well defined.
+    return sorted(values, key=lambda v: (v == v, v), reverse=True)
+
+
+@st.composite
+def steps(
+    draw: st.DrawFn,
+    *,
+    top_k: int = 5,
+    vocab: Sequence[str] | None = None,
+    vocab_size: int = 16,
+    allow_nan: bool = False,
+    sorted_topk: bool = True,
+) -> Step:
+    """One `Step` with `top_k` distinct candidate ids (fewer if the vocabulary is smaller).
+
+    With `vocab` (token texts), id i has text ``vocab[i % len(vocab)]`` (one id, one text); otherwise texts are drawn.
+    The chosen token is usually one of the top-k, with a logprob equal to its top-k entry; sometimes not, as sampling
+    does.
+    """
+    size = max(vocab_size, 1)
+    k = max(min(top_k, size), 0)
+    ids = draw(st.lists(st.integers(0, size - 1), min_size=k, max_size=k, unique=True))
+    logprobs = draw(st.lists(float32s(allow_nan=allow_nan), min_size=k, max_size=k))
+    if sorted_topk:
+        logprobs = _descending(logprobs)
+    from_topk: bool = draw(st.booleans())
+    if ids and from_topk:
+        rank = draw(st.integers(0, len(ids) - 1))
+        token_id, logprob = ids[rank], logprobs[rank]
+    else:
+        token_id = draw(st.integers(0, size - 1))
+        logprob = draw(float32s(allow_nan=allow_nan))
+    score = draw(st.one_of(st.just(logprob), float32s(allow_nan=allow_nan)))
+    token = vocab[token_id % len(vocab)] if vocab else draw(token_texts())
+    return Step(token_id, token, logprob, score, tuple(ids), tuple(logprobs))
+
+
+@st.composite
+def prompt_traces(
+    draw: st.DrawFn,
+    *,
+    max_steps: int = 8,
+    top_k: int = 5,
+    vocab: Sequence[str] | None = None,
+    vocab_size: int = 16,
+    allow_nan: bool = False,
+    sorted_topk: bool = True,
+    prompt: str | None = None,
+) -> PromptTrace:
+    """One prompt's generation: 0..`max_steps` steps, a finish reason, the decoded text."""
+    step_list = draw(
+        st.lists(
+            steps(top_k=top_k, vocab=vocab, vocab_size=vocab_size, allow_nan=allow_nan, sorted_topk=sorted_topk),
+            max_size=max_steps,
+        )
+    )
+    return PromptTrace(
+        prompt=draw(st.text(_ALPHABET, max_size=20)) if prompt is None else prompt,
+        prompt_ids=tuple(draw(st.lists(st.integers(0, max(vocab_size, 1) - 1), max_size=6))),
+        steps=tuple(step_list),
+        finish_reason=draw(st.sampled_from(FINISH_REASONS)),
+        text="".join(s.token for s in step_list),
+    )
+
+
+def _hashes() -> st.SearchStrategy[str]:
+    return st.binary(min_size=32, max_size=32).map(bytes.hex)
+
+
+def model_fingerprints(dtype: str | None = None) -> st.SearchStrategy[ModelFingerprint]:
+    return st.builds(
+        ModelFingerprint,
+        model_type=st.sampled_from(MODEL_TYPES),
+        config_hash=_hashes(),
+        weights_hash=_hashes(),
+        num_parameters=st.integers(1, 10**9),
+        dtype=st.sampled_from(DTYPES) if dtype is None else st.just(dtype),
+    )
+
+
+def tokenizer_fingerprints() -> st.SearchStrategy[TokenizerFingerprint]:
+    return st.builds(
+        TokenizerFingerprint, name=st.sampled_from(("tiny", "gpt2")), vocab_size=st.integers(1, 10**6), hash=_hashes()
+    )
+
+
+def json_scalars() -> st.SearchStrategy[JSONScalar]:
+    """Settings/environment values that survive the JSON form exactly (finite floats, bounded ints)."""
+    return st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**63),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(_ALPHABET, max_size=12),
+    )
+
+
+_ENV_KEYS = ("torch", "transformers", "device", "cuda", "gpu", "threads", "dtype", "attn_implementation", "python")
+
+
+def environments() -> st.SearchStrategy[dict[str, JSONScalar]]:
+    keys = st.one_of(st.sampled_from(_ENV_KEYS), st.text(min_size=1, max_size=10))
+    return st.dictionaries(keys, json_scalars(), max_size=5)
+
+
+@st.composite
+def traces(
+    draw: st.DrawFn,
+    *,
+    max_prompts: int = 3,
+    max_steps: int = 8,
+    top_k: int | None = None,
+    vocab_size: int = 16,
+    allow_nan: bool = False,
+    sorted_topk: bool = True,
+    fingerprints: bool | None = None,
+    dtype: str | None = None,
+) -> GenerationTrace:
+    """A valid random `GenerationTrace`.
+
+    `top_k` None draws it (0..5) once per trace, as `record()` uses one k; `fingerprints` None draws whether model
+    and tokenizer fingerprints are present; `dtype` fixes the model dtype. One vocabulary (id -> text) per trace.
+    """
+    k = draw(st.integers(0, 5)) if top_k is None else top_k
+    vocab = draw(st.lists(token_texts(max_size=4), min_size=1, max_size=8))
+    prompts = draw(
+        st.lists(
+            prompt_traces(
+                max_steps=max_steps,
+                top_k=k,
+                vocab=vocab,
+                vocab_size=vocab_size,
+                allow_nan=allow_nan,
+                sorted_topk=sorted_topk,
+            ),
+            max_size=max_prompts,
+        )
+    )
+    with_fingerprints = draw(st.booleans()) if fingerprints is None else fingerprints
+    settings: dict[str, JSONScalar] = {"max_new_tokens": max_steps, "top_k": k, "do_sample": draw(st.booleans())}
+    if draw(st.booleans()):
+        settings["temperature"] = draw(st.floats(0.1, 2.0))
+    return GenerationTrace(
+        prompts=tuple(prompts),
+        settings=settings,
+        model=draw(model_fingerprints(dtype)) if with_fingerprints else None,
+        tokenizer=draw(tokenizer_fingerprints()) if with_fingerprints else None,
+        environment=draw(environments()),
+    )
