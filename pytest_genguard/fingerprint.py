@@ -26,6 +26,7 @@ _VOLATILE_CONFIG_KEYS = frozenset(
         "attn_implementation",
         "_commit_hash",
         "architectures",
+        "genguard_recipe",  # a fingerprint field of its own
     }
 )
 
@@ -73,7 +74,13 @@ def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
         weights_hash=weights_hash(model),
         num_parameters=sum(p.numel() for p in model.parameters()),
         dtype=model_dtype(model),
+        recipe=_recipe(model),
     )
+
+
+def _recipe(model: PreTrainedModel) -> str | None:
+    recipe = getattr(model.config, "genguard_recipe", None)
+    return recipe if isinstance(recipe, str) else None
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:

@@ -112,6 +112,10 @@ class ModelFingerprint:
     weights_hash: str
     num_parameters: int
     dtype: str
+    recipe: str | None = None
+    """For models fine-tuned by genguard: the hash of how they were made (architecture, data, training settings,
+    seed; not library versions). Two traces of one recipe are the same model even where an upgrade or another CPU
+    trained it to other weights, so they are compared rather than called stale."""
 
     def short(self) -> str:
         return f"{self.model_type}/{self.weights_hash[:12]}"
@@ -272,7 +276,11 @@ def dumps(trace: GenerationTrace) -> str:
 
 
 def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScalar]:
-    return dict(obj.__dict__)
+    """The fields to write; an unset recipe is left out, so traces of plain models do not carry it."""
+    fields: dict[str, JSONScalar] = dict(obj.__dict__)
+    if fields.get("recipe", "") is None:
+        del fields["recipe"]
+    return fields
 
 
 # ---------------------------------------------------------------------------------------------------- decoding
@@ -404,6 +412,7 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
             weights_hash=r.str_(r.key(m, "weights_hash", "model"), "model.weights_hash"),
             num_parameters=r.int_(r.key(m, "num_parameters", "model"), "model.num_parameters"),
             dtype=r.str_(r.key(m, "dtype", "model"), "model.dtype"),
+            recipe=None if m.get("recipe") is None else r.str_(m["recipe"], "model.recipe"),
         )
     tokenizer = None
     if tok_raw is not None:

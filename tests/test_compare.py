@@ -266,6 +266,31 @@ def test_changed_weights_make_the_trace_stale_not_regressed() -> None:
     assert compare(trace(BASE), trace(BASE, model=new_model), check_fingerprints=False).verdict is Verdict.IDENTICAL
 
 
+def test_other_weights_from_the_same_fine_tuning_recipe_are_compared_not_stale() -> None:
+    tuned = dataclasses.replace(MODEL, recipe="7" * 64)
+    retrained = dataclasses.replace(tuned, weights_hash="9f8e7d6c5b4a" + "3" * 52)  # e.g. after a torch upgrade
+    drifted = trace(with_step(1, step([(5, -0.1), (4, -2.5)])), model=retrained)
+    cmp = compare(trace(BASE, model=tuned), drifted)
+    assert cmp.verdict is Verdict.REGRESSION
+    assert cmp.stale_reasons == ()
+    assert compare(trace(BASE, model=tuned), trace(BASE, model=retrained)).verdict is Verdict.IDENTICAL
+
+
+def test_another_fine_tuning_recipe_makes_the_trace_stale() -> None:
+    old = dataclasses.replace(MODEL, recipe="7" * 64)
+    new = dataclasses.replace(MODEL, recipe="8" * 64)
+    (reason,) = compare(trace(BASE, model=old), trace(BASE, model=new)).stale_reasons
+    assert reason == "model changed: fine-tuning recipe 777777777777 -> 888888888888"
+
+
+def test_weights_of_another_dtype_are_an_environment_difference_not_staleness() -> None:
+    bf16 = dataclasses.replace(MODEL, weights_hash="9f8e7d6c5b4a" + "3" * 52, dtype="bfloat16")
+    cmp = compare(trace(BASE), trace(BASE, model=bf16))
+    assert cmp.stale_reasons == ()
+    same_dtype = dataclasses.replace(bf16, dtype="float32")  # negative control: same dtype, other bytes
+    assert compare(trace(BASE), trace(BASE, model=same_dtype)).verdict is Verdict.STALE
+
+
 def test_changed_model_type_and_config_are_named() -> None:
     new_model = dataclasses.replace(MODEL, model_type="llama", config_hash="ffffffffffff")
     (reason,) = compare(trace(BASE), trace(BASE, model=new_model)).stale_reasons
