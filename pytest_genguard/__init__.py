@@ -7,6 +7,8 @@ is installed, costs no torch or transformers import until a name that needs them
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -42,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "assert_batch_invariant": "invariants",
     "assert_cache_invariant": "invariants",
     "assert_continuation_consistent": "invariants",
-    "assert_processor_contract": "invariants",
+    "assert_processor_contract": "processors",
 }
 
 __all__ = [*sorted(_EXPORTS), "strategies", "__version__"]
@@ -63,6 +65,19 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+class _PublicAPI(types.ModuleType):
+    """Keeps `pytest_genguard.record`, `.verify`, `.compare`, ... the functions: importing the submodule of the same
+    name (``from pytest_genguard.verify import ...``) would otherwise set the attribute to the module."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
+            return  # the submodule stays in sys.modules; the attribute comes from __getattr__
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _PublicAPI
+
+
 if TYPE_CHECKING:
     from pytest_genguard import strategies as strategies
     from pytest_genguard.compare import Comparison, Tolerances, Verdict, compare, tolerances_for
@@ -74,8 +89,8 @@ if TYPE_CHECKING:
         assert_cache_invariant,
         assert_continuation_consistent,
         assert_deterministic,
-        assert_processor_contract,
     )
+    from pytest_genguard.processors import assert_processor_contract
     from pytest_genguard.record import record
     from pytest_genguard.recorder import Checkpoint, GenerationRecorder
     from pytest_genguard.repetition import assert_no_repetition, assert_well_formed

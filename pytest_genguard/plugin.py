@@ -148,5 +148,7 @@ def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, righ
     if op == "==" and isinstance(left, GenerationTrace) and isinstance(right, GenerationTrace):
         from pytest_genguard.compare import compare
 
-        return str(compare(right, left)).splitlines()
+        # The right operand is the reference: `assert new == recorded` reads like `assert trace == snapshot`.
+        explanation = str(compare(right, left)).splitlines()
+        return ["GenerationTrace == GenerationTrace (left: new, right: recorded)", *explanation]
     return None

@@ -1,0 +1,195 @@
+"""`verify()`: re-check a recorded trace by teacher forcing instead of re-generating it.
+
+`pytest_genguard.teacher` computes what the model gives along the recorded paths (one forward pass per batch, the
+recorded logits processors re-applied step by step); the result, an "actual" `GenerationTrace` with the recorded
+structure, is compared with `compare()`.
+
+Semantics, chosen on purpose:
+- verify() answers "does *this* model still produce this trace?". It compares values (``check_fingerprints=False``)
+  and reports a changed model or tokenizer fingerprint as extra lines in `Comparison.environment_diff`
+  (``model.weights_hash: old -> new``) instead of a STALE verdict. (The snapshot fixture's
+  `genguard_snapshot.verify()` applies the snapshot rule instead: a changed model makes the snapshot stale.)
+- greedy traces: where the teacher-forced argmax of the processed scores differs from the recorded token, the model
+  now prefers another token; the actual trace takes that token and ends there, exactly as re-generation would
+  diverge, so the comparison names the step, the recorded token, the now-preferred token and both logprobs.
+- sampled traces: the recorded (sampled) tokens are kept; the chosen tokens' raw logprobs and processed scores are
+  compared (a token that a processor now masks gets score -inf, a regression).
+- beam-search traces (``settings["mode"] == "beam"``) cannot be teacher forced step by step (beams reorder); verify()
+  falls back to re-generation with `record()` and says so with a `VerifyFallbackWarning`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from pytest_genguard.compare import Comparison, Tolerances, compare
+from pytest_genguard.teacher import Preference, teacher_force, teacher_force_with_preferences
+from pytest_genguard.trace import GenerationTrace, JSONScalar
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = [
+    "Preference",
+    "VerifyComparison",
+    "VerifyFallbackWarning",
+    "comparison_event",
+    "fingerprint_changes",
+    "teacher_force",
+    "verify",
+    "verify_trace",
+]
+
+
+class VerifyFallbackWarning(UserWarning):
+    """verify() re-generated the trace (beam search) instead of teacher forcing it."""
+
+
+def verify(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    tie_tol: float | None = None,
+    tolerances: Tolerances | None = None,
+) -> VerifyComparison:
+    """Re-check `trace` against `model` by teacher forcing; truthy when the model still produces it.
+
+    Tolerances default to the dtype defaults of `compare()`; `atol`/`rtol`/`tie_tol` override single fields. A
+    changed model or tokenizer fingerprint is reported in the comparison (``environment_diff``), not as a verdict.
+    Inside a test the result is also counted in the genguard terminal summary (a ``verify`` event).
+    """
+    cmp = verify_trace(model, tokenizer, trace, atol=atol, rtol=rtol, tie_tol=tie_tol, tolerances=tolerances)
+    from pytest_genguard.session import emit
+
+    emit("verify", **comparison_event(cmp, name="verify"))
+    return cmp
+
+
+def verify_trace(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    tie_tol: float | None = None,
+    tolerances: Tolerances | None = None,
+    check_fingerprints: bool = False,
+) -> VerifyComparison:
+    """`verify()` without the event; `check_fingerprints=True` applies the snapshot rule (changed model: stale)."""
+    if not isinstance(trace, GenerationTrace):
+        raise TypeError(
+            f"verify(): trace must be a GenerationTrace (from record() or GenerationTrace.from_json()), "
+            f"got {type(trace).__name__}"
+        )
+    regenerated = trace.settings.get("mode") == "beam"
+    preferences: tuple[Preference, ...] = ()
+    if regenerated:
+        warnings.warn(
+            "verify(): beam-search traces cannot be teacher forced (beams are reordered at every step); "
+            "re-generating with record() instead, which is as slow as recording.",
+            VerifyFallbackWarning,
+            stacklevel=3,
+        )
+        actual = _regenerate(model, tokenizer, trace)
+    else:
+        actual, preferences = teacher_force_with_preferences(model, tokenizer, trace)
+    cmp = compare(
+        trace,
+        actual,
+        atol=atol,
+        rtol=rtol,
+        tie_tol=tie_tol,
+        tolerances=tolerances,
+        check_fingerprints=check_fingerprints,
+    )
+    fields = {f.name: getattr(cmp, f.name) for f in dataclasses.fields(cmp)}
+    if not check_fingerprints:
+        fields["environment_diff"] = fingerprint_changes(trace, actual) + cmp.environment_diff
+    return VerifyComparison(**fields, preferences=preferences, regenerated=regenerated)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyComparison(Comparison):
+    """A `Comparison` from `verify()`, plus where a greedy path would now change and whether it was re-generated."""
+
+    preferences: tuple[Preference, ...] = ()
+    regenerated: bool = False
+
+    def notes(self) -> list[str]:
+        """Lines that follow the summary line: the now-preferred tokens, the beam-search fallback."""
+        lines = [str(p) for p in self.preferences[:3]]
+        if len(self.preferences) > 3:
+            lines.append(f"... and {len(self.preferences) - 3} more prompts whose greedy path would change")
+        if self.regenerated:
+            lines.append("verified by re-generation: beam-search traces cannot be teacher forced")
+        return lines
+
+    def render(self, fix: str | None = None) -> str:
+        """The explanation of `explain.render` with the notes after its summary line."""
+        from pytest_genguard.explain import render
+
+        first, _, rest = render(self, fix=fix).partition("\n")
+        return "\n".join([first, *self.notes(), *([rest] if rest else [])])
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def fingerprint_changes(
+    expected: GenerationTrace, actual: GenerationTrace
+) -> tuple[tuple[str, JSONScalar, JSONScalar], ...]:
+    """Changed model/tokenizer fingerprint fields as ``(name, old, new)``, e.g. ``("model.weights_hash", a, b)``."""
+    out: list[tuple[str, JSONScalar, JSONScalar]] = []
+    for prefix, old, new in (
+        ("model", expected.model, actual.model),
+        ("tokenizer", expected.tokenizer, actual.tokenizer),
+    ):
+        if old is None or new is None:
+            continue
+        for key, value in old.__dict__.items():
+            if new.__dict__.get(key) != value:
+                out.append((f"{prefix}.{key}", value, new.__dict__.get(key)))
+    return tuple(out)
+
+
+def comparison_event(cmp: Comparison, *, name: str, fix: str | None = None) -> dict[str, Any]:
+    """The event fields (see CONTRIBUTING.md) for a comparison: verdict, failure, summary, detail, traces on failure."""
+    from pytest_genguard.explain import render
+
+    detail = cmp.render(fix) if isinstance(cmp, VerifyComparison) else render(cmp, fix=fix)
+    event: dict[str, Any] = {
+        "verdict": str(cmp.verdict),
+        "failure": not cmp.ok,
+        "summary": detail.splitlines()[0] if detail else str(cmp.verdict),
+        "detail": detail,
+        "name": name,
+    }
+    if not cmp.ok:
+        event["expected"] = cmp.expected.to_json()
+        event["actual"] = cmp.actual.to_json()
+    return event
+
+
+def _regenerate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace) -> GenerationTrace:
+    """Re-record `trace`'s prompts with its settings (the beam-search fallback)."""
+    from pytest_genguard.record import SETTING_KEYS, record
+    from pytest_genguard.teacher import int_setting
+
+    settings = dict(trace.settings)
+    kwargs = {k: settings[k] for k in SETTING_KEYS if settings.get(k) is not None and k != "max_new_tokens"}
+    seed = settings.get("seed")
+    return record(
+        model,
+        tokenizer,
+        [p.prompt for p in trace.prompts],
+        max_new_tokens=int_setting(settings.get("max_new_tokens"), max(len(p.steps) for p in trace.prompts)),
+        top_k=int_setting(settings.get("record_top_k"), 5),
+        seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+        **kwargs,
+    )
