@@ -1,3 +1,8 @@
 """Root conftest: the project's own tests drive the plugin through pytester."""
 
+# hypothesis' pytest plugin imports hypothesis at the end of every session. pytester's in-process runs restore
+# sys.modules afterwards, so unless hypothesis is already imported out here each in-process run imports it again
+# (measured: 7.4 s -> 0.5 s for a one-test pytester run on 2 busy cores).
+import hypothesis  # noqa: F401
+
 pytest_plugins = ["pytester"]

@@ -1,0 +1,350 @@
+"""The `genguard` console script: look at a trace, compare two traces, render a snapshots folder as HTML.
+
+Exit codes: 0 when the command did its job (for `diff`: the comparison holds), 1 when `diff` finds a regression or a
+stale trace, 2 for bad input (a missing or unreadable file, a corrupt trace, wrong arguments). Never a traceback for
+bad input: the message names the file and what to do. Torch-free: reading traces needs only the standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from pytest_genguard.trace import GenerationTrace, TraceFormatError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+# Folders never searched for traces (version control, caches, virtual environments).
+_SKIP_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".venv", "node_modules"})
+_MAX_TRACE_BYTES = 256 * 1024 * 1024
+
+
+class CliError(Exception):
+    """Bad input: printed as `genguard: <message>` with exit code 2, never as a traceback."""
+
+
+def _read_text(path: Path) -> str:
+    if not path.exists():
+        raise CliError(f"{path}: no such file")
+    if path.is_dir():
+        raise CliError(f"{path}: is a folder, not a trace file (for a folder of snapshots use: genguard report DIR)")
+    try:
+        size = path.stat().st_size
+        if size > _MAX_TRACE_BYTES:
+            raise CliError(f"{path}: {size} bytes is too large to be a trace file")
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CliError(
+            f"{path}: not UTF-8 text (byte {exc.start}); a trace file is JSON text written by pytest-genguard"
+        ) from None
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+@dataclass(frozen=True)
+class Document:
+    """A trace file or a recorder history file (``recorder.history`` snapshots), read and parsed."""
+
+    path: Path
+    text: str
+    traces: tuple[tuple[str, GenerationTrace], ...]
+    """(label, trace) pairs: one unlabelled trace, or one per checkpoint of a history."""
+    is_history: bool
+
+
+def _checkpoint_label(index: int, step: int, event: str, loss: float | None) -> str:
+    return f"checkpoint {index}: step {step}, {event}" + (f", loss {loss:.4g}" if loss is not None else "")
+
+
+def load_document(path: Path) -> Document:
+    """Read a trace or history file, turning every way it can be wrong into a `CliError` that names the file."""
+    text = _read_text(path)
+    try:
+        if '"genguard_history"' in text[:200]:
+            from pytest_genguard.recorder import history_from_json
+
+            history = history_from_json(text, source=str(path))
+            labelled = tuple((_checkpoint_label(i, c.step, c.event, c.loss), c.trace) for i, c in enumerate(history))
+            return Document(path, text, labelled, is_history=True)
+        return Document(path, text, (("", GenerationTrace.from_json(text, source=str(path))),), is_history=False)
+    except TraceFormatError as exc:
+        raise CliError(str(exc)) from None
+
+
+def load_trace(path: Path) -> GenerationTrace:
+    """Read a trace file (not a history); bad input raises `CliError`."""
+    doc = load_document(path)
+    if doc.is_history:
+        raise CliError(f"{path}: is a recorder history, not a single trace")
+    return doc.traces[0][1]
+
+
+def _console(stream: IO[str] | None = None) -> Console:
+    """A rich console: colours only on a terminal and without NO_COLOR; wide tables when writing to a pipe."""
+    from rich.console import Console
+
+    out = stream if stream is not None else sys.stdout
+    probe = Console(file=out)
+    width = None if probe.is_terminal or os.environ.get("COLUMNS") else 160
+    plain = bool(os.environ.get("NO_COLOR"))  # no colours and no bold/dim either: https://no-color.org
+    return Console(file=out, width=width, highlight=False, soft_wrap=False, color_system=None if plain else "auto")
+
+
+def _fmt(value: float, digits: int = 4) -> str:
+    return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
+
+
+def _tie_tol(trace: GenerationTrace) -> float:
+    from pytest_genguard.compare import BFLOAT16, tolerances_for
+
+    try:
+        return tolerances_for(trace.dtype).tie_tol
+    except ValueError:  # an unknown dtype: the loosest defaults, as compare() does
+        return BFLOAT16.tie_tol
+
+
+def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, top: int | None) -> int:
+    """Metadata lines and one table per prompt; returns how many fragile steps were flagged."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from pytest_genguard.explain import quote
+    from pytest_genguard.report_html import clean, display_token
+
+    tie_tol = _tie_tol(trace)
+    meta = [("model", f"{trace.model.short()} ({trace.model.dtype})" if trace.model else "(not recorded)")]
+    if trace.tokenizer is not None:
+        meta.append(("tokenizer", f"{trace.tokenizer.name} {trace.tokenizer.hash[:12]}"))
+    meta.append(("settings", ", ".join(f"{k}={v}" for k, v in sorted(trace.settings.items()) if v is not None)))
+    meta.append(("environment", ", ".join(f"{k}={v}" for k, v in sorted(trace.environment.items()))))
+    for key, value in meta:
+        console.print(Text.assemble((f"{key}: ", "dim"), clean(value)))
+    fragile_total = 0
+    for i, p in enumerate(trace.prompts):
+        if prompt is not None and i != prompt:
+            continue
+        vocab = {s.token_id: s.token for s in p.steps}
+        title = f"prompt {i}: {quote(p.prompt, 60)}  ({len(p.steps)} steps, finish {p.finish_reason})"
+        table = Table(title=Text(title), title_justify="left")
+        for name in ("step", "id", "token", "logprob", "p", "margin"):
+            table.add_column(name, justify="left" if name == "token" else "right")
+        table.add_column("top-k (token p)", overflow="fold")
+        for s, step in enumerate(p.steps):
+            fragile = step.margin < tie_tol
+            fragile_total += fragile
+            alts = Text()
+            for rank, (tid, lp) in enumerate(zip(step.top_ids, step.top_logprobs, strict=False)):
+                if top is not None and rank >= top:
+                    break
+                label = display_token(vocab[tid]) if tid in vocab else f"#{tid}"
+                alts.append(f"{label} {_percent(lp)}", style="bold" if tid == step.token_id else "")
+                alts.append("  ")
+            margin = Text(_fmt(step.margin, 3) + (" *" if fragile else ""), style="bold red" if fragile else "")
+            token = Text(display_token(step.token), style="cyan")
+            table.add_row(str(s), str(step.token_id), token, _fmt(step.logprob), _percent(step.logprob), margin, alts)
+        console.print(table)
+    if fragile_total:
+        note = (
+            f"* {fragile_total} fragile steps: top-1/top-2 margin under the tie tolerance {tie_tol:g} "
+            "(a tiny numeric change can flip these tokens)"
+        )
+        console.print(Text(note, style="red"))
+    return fragile_total
+
+
+def _percent(logprob: float) -> str:
+    return f"{100 * math.exp(min(logprob, 0.0)):.1f}%" if not math.isnan(logprob) else "nan"
+
+
+def show(path: Path, *, prompt: int | None = None, top: int | None = None, stream: IO[str] | None = None) -> int:
+    """Print a trace (or each checkpoint of a history) as tables: tokens, logprobs, margins and the top-k."""
+    from rich.text import Text
+
+    doc = load_document(path)
+    if prompt is not None:
+        count = min((len(t.prompts) for _, t in doc.traces), default=0)
+        if not 0 <= prompt < count:
+            raise CliError(f"--prompt {prompt}: {path} has {count} prompts (0 to {count - 1})")
+    console = _console(stream)
+    console.print(Text(str(path), style="bold"))
+    for label, trace in doc.traces:
+        if label:
+            console.print(Text(label, style="bold"))
+        _print_trace(console, trace, prompt, top)
+    return EXIT_OK
+
+
+def diff(
+    expected_path: Path,
+    actual_path: Path,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    tie_tol: float | None = None,
+    check_fingerprints: bool = True,
+    stream: IO[str] | None = None,
+) -> int:
+    """Compare two trace (or history) files with the rule the tests use; print the pytest failure text."""
+    from pytest_genguard.compare import compare
+
+    expected = load_document(expected_path)
+    actual = load_document(actual_path)
+    if expected.is_history != actual.is_history:
+        kinds = {True: "a recorder history", False: "a trace"}
+        raise CliError(
+            f"{expected_path} is {kinds[expected.is_history]} but {actual_path} is {kinds[actual.is_history]}; "
+            "compare files of the same kind"
+        )
+    try:
+        if expected.is_history:
+            from pytest_genguard.snapshot import compare_texts
+
+            overrides = {k: v for k, v in (("atol", atol), ("rtol", rtol), ("tie_tol", tie_tol)) if v is not None}
+            outcome = compare_texts(actual.text, expected.text, overrides, source=str(expected_path))
+            ok, text = outcome.ok, outcome.detail
+        else:
+            comparison = compare(
+                expected.traces[0][1],
+                actual.traces[0][1],
+                atol=atol,
+                rtol=rtol,
+                tie_tol=tie_tol,
+                check_fingerprints=check_fingerprints,
+            )
+            ok, text = comparison.ok, str(comparison)
+    except ValueError as exc:  # a tolerance compare() rejects
+        raise CliError(str(exc)) from None
+    out = stream if stream is not None else sys.stdout
+    out.write(f"{expected_path} -> {actual_path}\n{text}\n")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def find_trace_files(folder: Path) -> list[Path]:
+    """Files under `folder` that look like traces (JSON objects with a "schema" key), sorted; hidden folders skipped."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(files):
+            path = Path(root) / name
+            try:
+                with path.open("rb") as fh:
+                    head = fh.read(64)
+            except OSError:
+                continue
+            if head.lstrip().startswith(b"{") and (b'"schema"' in head or b'"genguard_history"' in head):
+                found.append(path)
+    return found
+
+
+def report(folder: Path, output: Path, *, stream: IO[str] | None = None) -> int:
+    """Render every trace file under `folder` into one HTML file; unreadable traces are listed and fail the command."""
+    from pytest_genguard.report_html import TraceFile, atomic_write_text, render_trace_files
+
+    if not folder.exists():
+        raise CliError(f"{folder}: no such folder")
+    if not folder.is_dir():
+        raise CliError(f"{folder}: not a folder (to look at one trace file use: genguard show {folder})")
+    paths = find_trace_files(folder)
+    if not paths:
+        raise CliError(
+            f"{folder}: no trace files found (trace files are JSON written by pytest-genguard, in __snapshots__ "
+            "folders after pytest --snapshot-update)"
+        )
+    entries = []
+    for path in paths:
+        shown = str(path.relative_to(folder))
+        try:
+            entries.append(TraceFile(shown, traces=load_document(path).traces))
+        except CliError as exc:
+            entries.append(TraceFile(shown, error=str(exc)))
+    try:
+        atomic_write_text(output, render_trace_files(entries, root=str(folder)))
+    except OSError as exc:
+        raise CliError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
+    out = stream if stream is not None else sys.stdout
+    bad = [e for e in entries if e.error is not None]
+    out.write(f"wrote {output}: {len(entries) - len(bad)} traces from {folder}\n")
+    for entry in bad:
+        sys.stderr.write(f"genguard: unreadable trace: {entry.error}\n")
+    return EXIT_USAGE if bad else EXIT_OK
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (write e.g. 1e-5)") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="genguard", description="Look at and compare pytest-genguard trace files (snapshots, references)."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p_show = sub.add_parser("show", help="print a trace as a table: tokens, top-k, margins")
+    p_show.add_argument("file", type=Path, metavar="FILE")
+    p_show.add_argument("--prompt", type=int, default=None, metavar="N", help="show only prompt N (0-based)")
+    p_show.add_argument("--top", type=int, default=None, metavar="K", help="show at most K alternatives per step")
+    p_diff = sub.add_parser("diff", help="compare two traces (exit 0 when they agree, 1 when not)")
+    p_diff.add_argument("expected", type=Path, metavar="EXPECTED")
+    p_diff.add_argument("actual", type=Path, metavar="ACTUAL")
+    p_diff.add_argument("--atol", type=_tolerance, default=None, help="absolute tolerance (default: by dtype)")
+    p_diff.add_argument("--rtol", type=_tolerance, default=None, help="relative tolerance (default: by dtype)")
+    p_diff.add_argument("--tie-tol", type=_tolerance, default=None, help="near-tie gap (default: by dtype)")
+    p_diff.add_argument(
+        "--ignore-fingerprints", action="store_true", help="compare traces of two different models on purpose"
+    )
+    p_report = sub.add_parser("report", help="render every trace under a folder into one HTML file")
+    p_report.add_argument("folder", type=Path, metavar="DIR")
+    p_report.add_argument(
+        "-o", "--output", type=Path, default=Path("genguard-report.html"), help="HTML file (default: %(default)s)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `genguard` console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse already printed
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        if args.command == "show":
+            if args.top is not None and args.top < 1:
+                raise CliError(f"--top {args.top}: must be at least 1")
+            return show(args.file, prompt=args.prompt, top=args.top)
+        if args.command == "diff":
+            return diff(
+                args.expected,
+                args.actual,
+                atol=args.atol,
+                rtol=args.rtol,
+                tie_tol=args.tie_tol,
+                check_fingerprints=not args.ignore_fingerprints,
+            )
+        return report(args.folder, args.output)
+    except CliError as exc:
+        sys.stderr.write(f"genguard {args.command}: {exc}\n")
+        return EXIT_USAGE
+    except BrokenPipeError:  # `genguard show big.json | head`
+        sys.stderr.close()
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
