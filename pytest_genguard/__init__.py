@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     "Tolerances": "compare",
     "Verdict": "compare",
     "tolerances_for": "compare",
+    "EXACT": "compare",
     "assert_no_repetition": "repetition",
     "assert_well_formed": "repetition",
     # torch side
@@ -35,9 +36,10 @@ _EXPORTS: dict[str, str] = {
     "verify": "verify",
     "model_fingerprint": "fingerprint",
     "tokenizer_fingerprint": "fingerprint",
-    "environment": "environment",
     "GenerationRecorder": "recorder",
     "Checkpoint": "recorder",
+    "RecorderHistory": "recorder",
+    "GenguardCacheWarning": "cache",
     "finetune": "finetune",
     "FineTuned": "finetune",
     "assert_deterministic": "invariants",
@@ -47,7 +49,41 @@ _EXPORTS: dict[str, str] = {
     "assert_processor_contract": "processors",
 }
 
-__all__ = [*sorted(_EXPORTS), "strategies", "__version__"]
+__all__ = [
+    "EXACT",
+    "Checkpoint",
+    "Comparison",
+    "FineTuned",
+    "GenerationRecorder",
+    "GenerationTrace",
+    "GenguardCacheWarning",
+    "ModelFingerprint",
+    "PromptTrace",
+    "RecorderHistory",
+    "Step",
+    "TokenizerFingerprint",
+    "Tolerances",
+    "TraceFormatError",
+    "Verdict",
+    "__version__",
+    "assert_batch_invariant",
+    "assert_cache_invariant",
+    "assert_continuation_consistent",
+    "assert_deterministic",
+    "assert_no_repetition",
+    "assert_processor_contract",
+    "assert_well_formed",
+    "compare",
+    "finetune",
+    "model_fingerprint",
+    "record",
+    "strategies",
+    "tiny_model",
+    "tiny_tokenizer",
+    "tokenizer_fingerprint",
+    "tolerances_for",
+    "verify",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -80,8 +116,8 @@ sys.modules[__name__].__class__ = _PublicAPI
 
 if TYPE_CHECKING:
     from pytest_genguard import strategies as strategies
-    from pytest_genguard.compare import Comparison, Tolerances, Verdict, compare, tolerances_for
-    from pytest_genguard.environment import environment
+    from pytest_genguard.cache import GenguardCacheWarning
+    from pytest_genguard.compare import EXACT, Comparison, Tolerances, Verdict, compare, tolerances_for
     from pytest_genguard.finetune import FineTuned, finetune
     from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
     from pytest_genguard.invariants import (
@@ -92,7 +128,7 @@ if TYPE_CHECKING:
     )
     from pytest_genguard.processors import assert_processor_contract
     from pytest_genguard.record import record
-    from pytest_genguard.recorder import Checkpoint, GenerationRecorder
+    from pytest_genguard.recorder import Checkpoint, GenerationRecorder, RecorderHistory
     from pytest_genguard.repetition import assert_no_repetition, assert_well_formed
     from pytest_genguard.tiny import tiny_model, tiny_tokenizer
     from pytest_genguard.trace import (

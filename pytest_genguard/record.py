@@ -89,6 +89,9 @@ def _prepare(
             settings[key] = value
     settings["max_new_tokens"] = max_new_tokens
     settings["mode"] = _mode(config)
+    # EOS ids let assert_well_formed() check a stored trace's endings; several ids are kept as "2,7" (a scalar).
+    eos_ids = sorted(_eos_ids(config))
+    settings["eos_token_id"] = eos_ids[0] if len(eos_ids) == 1 else (",".join(map(str, eos_ids)) or None)
     return _Prepared(config=config, model_kwargs=dict(model_kwargs), settings=settings)
 
 
@@ -220,6 +223,12 @@ def _report_fragile_steps(trace: GenerationTrace) -> None:
     emit("record", fragile_steps=fragile, prompts=len(trace), steps=len(steps))
 
 
+# Steps are processed as (steps, batch, vocab) blocks: a handful of tensor operations per block instead of eight per
+# step (their fixed cost dominated record() for small models), in chunks so memory stays bounded for large vocabularies.
+_CHUNK_ELEMENTS = 1 << 24
+_FIELDS = ("chosen_logprob", "score", "best", "top_vals", "top_ids")
+
+
 def _collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]:
     """Per step, for each prompt's returned path: chosen raw logprob, processed score, best score and raw top-k."""
     import torch
@@ -228,31 +237,33 @@ def _collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]
     scores: tuple[torch.Tensor, ...] = out.scores
     beam_indices = getattr(out, "beam_indices", None)
     n_steps = len(logits)
+    if n_steps == 0:
+        return []
     seq = out.sequences[:, out.sequences.shape[1] - n_steps :]
-    steps: list[dict[str, Any]] = []
-    rows_all = torch.arange(batch_size, device=seq.device)
-    for t in range(n_steps):
-        rows = beam_indices[:, t].clamp(min=0) if beam_indices is not None else rows_all
-        chosen = seq[:, t]
-        raw = torch.log_softmax(logits[t][rows].float(), dim=-1)
-        processed = scores[t][rows].float()
-        k = min(top_k, raw.shape[-1])
+    vocab = logits[0].shape[-1]
+    k = min(top_k, vocab)
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, batch_size * vocab))
+    parts: dict[str, list[torch.Tensor]] = {key: [] for key in _FIELDS}
+    for first in range(0, n_steps, chunk):
+        span = range(first, min(n_steps, first + chunk))
+        if beam_indices is not None:
+            rows = [beam_indices[:, t].clamp(min=0) for t in span]
+            raw_logits = torch.stack([logits[t][r] for t, r in zip(span, rows, strict=True)])
+            processed = torch.stack([scores[t][r] for t, r in zip(span, rows, strict=True)]).float()
+        else:
+            raw_logits = torch.stack([logits[t][:batch_size] for t in span])
+            processed = torch.stack([scores[t][:batch_size] for t in span]).float()
+        raw = torch.log_softmax(raw_logits.float(), dim=-1)
+        chosen = seq[:, span.start : span.stop].T[:, :, None]
         top_vals, top_ids = raw.topk(k, dim=-1)
-        steps.append(
-            {
-                "chosen_logprob": raw.gather(1, chosen[:, None]).squeeze(1),
-                "score": processed.gather(1, chosen[:, None]).squeeze(1),
-                "best": processed.max(dim=-1).values,
-                "top_vals": top_vals,
-                "top_ids": top_ids,
-            }
-        )
+        parts["chosen_logprob"].append(raw.gather(2, chosen).squeeze(2))
+        parts["score"].append(processed.gather(2, chosen).squeeze(2))
+        parts["best"].append(processed.max(dim=-1).values)
+        parts["top_vals"].append(top_vals)
+        parts["top_ids"].append(top_ids)
     # One device->host transfer per field, not per step.
-    for key in ("chosen_logprob", "score", "best", "top_vals", "top_ids"):
-        if steps:
-            stacked = torch.stack([s[key] for s in steps]).cpu().tolist()
-            for s, value in zip(steps, stacked, strict=False):
-                s[key] = value
+    lists = {key: torch.cat(values).cpu().tolist() for key, values in parts.items()}
+    steps: list[dict[str, Any]] = [{key: lists[key][t] for key in _FIELDS} for t in range(n_steps)]
     for s in steps:
         s["top_ids_flat"] = [i for row in s["top_ids"] for i in row]
     return steps

@@ -11,6 +11,7 @@ combining characters), generations may be empty.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -223,3 +224,128 @@ def traces(
         tokenizer=draw(tokenizer_fingerprints()) if with_fingerprints else None,
         environment=draw(environments()),
     )
+
+
+# ---- model-input strategies
+
+PROFILE = "genguard"
+"""The hypothesis profile for tests that run a model (see `load_profile`)."""
+
+_NON_ASCII_WORDS: tuple[str, ...] = ("café", "naïve", "über", "東京", "😀", "Ελλάδα", "ﬁne", "e\u0301", "\u200b")
+"""Words whose bytes split into partial UTF-8 tokens in a byte-level BPE: decoding code must cope."""
+
+
+def _register_profile() -> None:
+    import os
+
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        PROFILE,
+        # A generate() call takes 10 ms to seconds depending on load: a deadline would only make tests flaky.
+        deadline=None,
+        # Each example runs a model: a few are enough to find a bad prompt or config, many make the suite slow.
+        max_examples=20,
+        # On CI (CI is set by GitHub Actions, GitLab, ...) every run draws the same examples, so a red build
+        # reproduces locally with CI=1; elsewhere examples vary and the failure database replays failures.
+        derandomize=bool(os.environ.get("CI")),
+        # Model calls are slow by hypothesis' standards; that is expected, not a problem with the strategy.
+        suppress_health_check=[HealthCheck.too_slow],
+        print_blob=True,
+    )
+
+
+_register_profile()
+
+
+def load_profile(name: str = PROFILE) -> None:
+    """Make `name` (default: the "genguard" profile) hypothesis' active settings, e.g. in a conftest.py."""
+    from hypothesis import settings
+
+    settings.load_profile(name)
+
+
+def _corpus_words() -> list[str]:
+    from .tiny import corpus_texts
+
+    words = {w.strip(".,;:!?\"'") for text in corpus_texts() for w in text.split()}
+    return sorted(w for w in words if w)
+
+
+def prompts(tokenizer: Any, *, min_words: int = 1, max_words: int = 6, max_tokens: int = 32) -> st.SearchStrategy[str]:
+    """Prompt texts: mostly words of the shipped corpus (which tiny models know), some arbitrary text including
+    non-ASCII and whitespace oddities; each tokenizes to 1..`max_tokens` ids with `tokenizer`."""
+    if not 1 <= min_words <= max_words:
+        raise ValueError(f"prompts: need 1 <= min_words <= max_words, got {min_words}, {max_words}")
+    known = st.sampled_from(_corpus_words())
+    odd = st.one_of(
+        st.sampled_from(_NON_ASCII_WORDS),
+        st.text(st.characters(exclude_categories=("Cs", "Cc")), min_size=1, max_size=6),
+    )
+    word = st.one_of(known, known, known, odd)
+    separator = st.sampled_from((" ", " ", " ", "  ", "\n", ", "))
+
+    @st.composite
+    def text(draw: st.DrawFn) -> str:
+        words = draw(st.lists(word, min_size=min_words, max_size=max_words))
+        out = words[0]
+        for w in words[1:]:
+            out += draw(separator) + w
+        return out
+
+    def fits(value: str) -> bool:
+        return 1 <= len(tokenizer(value)["input_ids"]) <= max_tokens
+
+    return text().filter(fits)
+
+
+def generation_configs(
+    *, max_new_tokens: int = 8, modes: Sequence[str] = ("greedy", "sample", "beam")
+) -> st.SearchStrategy[dict[str, Any]]:
+    """Keyword arguments for `record()`: `max_new_tokens` (1..`max_new_tokens`) and a decoding mode from `modes`.
+
+    greedy: optional repetition_penalty, no_repeat_ngram_size, min_new_tokens; sample: `seed` plus a
+    `generation_config` (a `GenerationConfig` with do_sample, temperature, top-k, top-p: the sampling top-k cannot be
+    a keyword, `record()`'s own `top_k` is how many alternatives it records) and optional repetition_penalty;
+    beam: num_beams 2-3 with optional length_penalty and no_repeat_ngram_size.
+    """
+    unknown = set(modes) - {"greedy", "sample", "beam"}
+    if not modes or unknown:
+        raise ValueError(f"generation_configs: modes must be some of 'greedy', 'sample', 'beam', got {modes!r}")
+    if max_new_tokens < 1:
+        raise ValueError(f"generation_configs: max_new_tokens must be >= 1, got {max_new_tokens}")
+    return _generation_configs(max_new_tokens, tuple(modes))
+
+
+@st.composite
+def _generation_configs(draw: st.DrawFn, max_new_tokens: int, modes: tuple[str, ...]) -> dict[str, Any]:
+    mode = draw(st.sampled_from(modes))
+    n = draw(st.integers(1, max_new_tokens))
+    kwargs: dict[str, Any] = {"max_new_tokens": n}
+    penalty = st.sampled_from((1.1, 1.3, 2.0))
+    if mode == "greedy":
+        if draw(st.booleans()):
+            kwargs["repetition_penalty"] = draw(penalty)
+        if draw(st.booleans()):
+            kwargs["no_repeat_ngram_size"] = draw(st.integers(1, 3))
+        if draw(st.booleans()):
+            kwargs["min_new_tokens"] = draw(st.integers(1, n))
+    elif mode == "sample":
+        from transformers import GenerationConfig
+
+        kwargs["seed"] = draw(st.integers(0, 2**16))
+        kwargs["generation_config"] = GenerationConfig(
+            do_sample=True,
+            temperature=draw(st.sampled_from((0.5, 0.7, 1.0, 1.3))),
+            top_k=draw(st.sampled_from((0, 1, 5, 50))),
+            top_p=draw(st.sampled_from((0.8, 0.95, 1.0))),
+        )
+        if draw(st.booleans()):
+            kwargs["repetition_penalty"] = draw(penalty)
+    else:
+        kwargs["num_beams"] = draw(st.integers(2, 3))
+        if draw(st.booleans()):
+            kwargs["length_penalty"] = draw(st.sampled_from((0.5, 1.0, 2.0)))
+        if draw(st.booleans()):
+            kwargs["no_repeat_ngram_size"] = draw(st.integers(2, 3))
+    return kwargs

@@ -22,9 +22,9 @@ from pytest_genguard.finetune import (
     _encoder_input,
     _examples,
     _key_parts,
-    recipe_hash,
     _spec,
     finetune,
+    recipe_hash,
 )
 from pytest_genguard.fingerprint import weights_hash
 from pytest_genguard.record import record
