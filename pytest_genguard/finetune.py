@@ -325,8 +325,8 @@ def _finetune(
 
     def build(tmp: Path) -> tuple[tuple[PreTrainedModel, RecorderHistory], dict[str, Any]]:
         model = tiny_model(spec.arch, seed=spec.seed)
+        model.config.genguard_recipe = recipe  # before training: the recorder's checkpoint traces carry it too
         history, seconds = _train(spec, model, tokenizer, progress)
-        model.config.genguard_recipe = recipe
         save_model_entry(tmp, model, history)
         fields = {
             "key_parts": parts,

@@ -127,18 +127,26 @@ class Outcome:
         return self.detail.splitlines()[0] if self.detail else self.verdict
 
 
-def fix_command(verdict: str, nodeid: str | None) -> str | None:
-    """The command that re-records one snapshot for a failing verdict (None for a passing one)."""
+def fix_command(verdict: str, nodeid: str | None, options: str = "") -> str | None:
+    """The command that re-records one snapshot for a failing verdict (None for a passing one); `options` go
+    before the flag (``--genguard-baselines per-env``: without it the command would rewrite the shared snapshot)."""
     target = f" {shlex.quote(nodeid)}" if nodeid else ""
+    prefix = f"pytest {options} " if options else "pytest "
     if verdict == Verdict.STALE.value:
-        return f"pytest --genguard-update-stale{target}"
+        return f"{prefix}--genguard-update-stale{target}"
     if verdict in (Verdict.REGRESSION.value, "invalid"):
-        return f"pytest --snapshot-update{target}"
+        return f"{prefix}--snapshot-update{target}"
     return None
 
 
 def compare_texts(
-    received: str, stored: str, overrides: dict[str, float], *, source: str = "snapshot", nodeid: str | None = None
+    received: str,
+    stored: str,
+    overrides: dict[str, float],
+    *,
+    source: str = "snapshot",
+    nodeid: str | None = None,
+    options: str = "",
 ) -> Outcome:
     """Compare received snapshot text with stored snapshot text under the tolerant rule."""
     from pytest_genguard.explain import render
@@ -146,7 +154,7 @@ def compare_texts(
     try:
         expected = parse_snapshot(stored, source)
     except TraceFormatError as exc:
-        rerecord = f"pytest --snapshot-update {shlex.quote(nodeid)}" if nodeid else "pytest --snapshot-update"
+        rerecord = fix_command("invalid", nodeid, options)
         return Outcome(
             "invalid",
             f"{exc}\nThis test fails until the file is fixed (it was left unchanged); to re-record only this "
@@ -155,19 +163,20 @@ def compare_texts(
     actual = parse_snapshot(received, "received data")
     if isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace):
         cmp = compare(expected, actual, **tolerance_kwargs(overrides))
-        return Outcome(cmp.verdict.value, render(cmp, fix=fix_command(cmp.verdict.value, nodeid)), cmp)
+        return Outcome(cmp.verdict.value, render(cmp, fix=fix_command(cmp.verdict.value, nodeid, options)), cmp)
     if isinstance(expected, list) and isinstance(actual, list):
-        return _compare_histories(expected, actual, overrides, nodeid)
+        return _compare_histories(expected, actual, overrides, nodeid, options)
     kinds = {True: "a GenerationTrace", False: "a recorder history"}
     detail = (
         f"stale: {source} holds {kinds[isinstance(expected, GenerationTrace)]} but the test now compares "
-        f"{kinds[isinstance(actual, GenerationTrace)]}; if intended, re-record with: {fix_command('stale', nodeid)}"
+        f"{kinds[isinstance(actual, GenerationTrace)]}; if intended, re-record with: "
+        f"{fix_command('stale', nodeid, options)}"
     )
     return Outcome(Verdict.STALE.value, detail)
 
 
 def _compare_histories(
-    expected: list[Any], actual: list[Any], overrides: dict[str, float], nodeid: str | None
+    expected: list[Any], actual: list[Any], overrides: dict[str, float], nodeid: str | None, options: str = ""
 ) -> Outcome:
     """Checkpoint by checkpoint: the schedule (step, event) must match (else stale), each trace via compare()."""
     from pytest_genguard.explain import number, render
@@ -177,7 +186,7 @@ def _compare_histories(
     if schedule_e != schedule_a:
         detail = (
             f"stale: the recorder's checkpoints changed: {schedule_e} -> {schedule_a} (step, event); if intended, "
-            f"re-record with: {fix_command('stale', nodeid)}"
+            f"re-record with: {fix_command('stale', nodeid, options)}"
         )
         return Outcome(Verdict.STALE.value, detail)
     severity = [Verdict.IDENTICAL, Verdict.WITHIN_TOLERANCE, Verdict.TOLERATED, Verdict.REGRESSION, Verdict.STALE]
@@ -198,7 +207,7 @@ def _compare_histories(
     where = f"checkpoint {index} (step {expected[index].step}, {expected[index].event})"
     head = f"{verdict.value}: {len(expected)} checkpoints, worst at {where}"
     lines = [head, *(["training loss beyond tolerance: " + "; ".join(loss_notes)] if loss_notes else [])]
-    lines += ["", f"{where}:", render(cmp, fix=fix_command(verdict.value, nodeid))]
+    lines += ["", f"{where}:", render(cmp, fix=fix_command(verdict.value, nodeid, options))]
     return Outcome(verdict.value, "\n".join(lines), cmp)
 
 
@@ -219,6 +228,8 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
         self.overrides: dict[str, float] = {}
         self.forced: bool | None = None  # set by GenguardSnapshot for an outcome decided elsewhere (verify())
         self.nodeid: str | None = None
+        self.fix_options = ""  # options the fix commands need (per-env baselines: "--genguard-baselines per-env")
+        self.read_from: Path | None = None  # per-env baselines: the file genguard compared with (see snapshot_fixture)
         self._cache: dict[tuple[str, str], Outcome] = {}
 
     def serialize(self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None) -> str:
@@ -229,7 +240,7 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
     ) -> str | None:
         """The file's text; bytes that are not UTF-8 are kept (as lone surrogates) so reading never raises."""
         try:
-            return Path(snapshot_location).read_bytes().decode("utf-8", "surrogateescape")
+            return Path(self.read_from or snapshot_location).read_bytes().decode("utf-8", "surrogateescape")
         except FileNotFoundError:
             return None
 
@@ -255,7 +266,9 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
         """`compare_texts` with this instance's tolerances, cached (syrupy may ask again for the diff)."""
         key = (received, stored)
         if key not in self._cache:
-            self._cache[key] = compare_texts(received, stored, self.overrides, source=source, nodeid=self.nodeid)
+            self._cache[key] = compare_texts(
+                received, stored, self.overrides, source=source, nodeid=self.nodeid, options=self.fix_options
+            )
         return self._cache[key]
 
     def matches(self, *, serialized_data: Any, snapshot_data: Any) -> bool:

@@ -1,10 +1,24 @@
 """The `genguard_snapshot` fixture object: carries the test's tolerances, compares before syrupy decides anything,
-and lets syrupy write only what may be written (see `pytest_genguard.snapshot` for the storage and the rule)."""
+and lets syrupy write only what may be written (see `pytest_genguard.snapshot` for the storage and the rule).
+
+Environment-keyed baselines (``--genguard-baselines per-env``): a trace is compared with the baseline of its own
+environment class (`environment.environment_class`: ``cpu-float32``, ``cuda-sm90-bfloat16``), kept in
+``<test dir>/__genguard_baselines__/<class>/<test module>/<name>.genguard``, outside ``__snapshots__`` because syrupy
+deletes the files there that no assertion claims. When the class has no baseline yet, the nearest one is used
+(`reference.pick_baseline`: same device type and dtype with the nearest GPU capability, then the same dtype), else
+the shared ``__snapshots__`` snapshot; the failure text and the ``snapshot`` event name the baseline that was used.
+The rule, tolerances, stale detection and update flags are those of shared mode, but writes go only to this class's
+own baseline, never to the fallback it was compared with: ``--snapshot-update`` records it (also when the fallback
+matched) and rewrites it when it regressed, ``--genguard-update-stale`` records or rewrites it when stale,
+``--snapshot-update-new-only`` records it only when nothing failed; a baseline that matches is never rewritten.
+Each file belongs to one test, which pytest-xdist runs in one worker, so an atomic write (temporary file +
+os.replace) suffices, with no lock. syrupy keeps tracking the shared snapshot read-only (so a shared file stays
+"used" and is not deleted by ``--snapshot-update``): it counts the assertion as passed or failed, never as written.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +26,7 @@ import pytest
 
 from pytest_genguard import session
 from pytest_genguard.compare import Comparison, Verdict, compare
+from pytest_genguard.environment import environment_class
 from pytest_genguard.snapshot import (
     GenguardSnapshotExtension,
     Outcome,
@@ -26,7 +41,10 @@ if TYPE_CHECKING:
     from syrupy.assertion import SnapshotAssertion
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["GenguardSnapshot"]
+__all__ = ["Baseline", "GenguardSnapshot"]
+
+PER_ENV = "per-env"
+PER_ENV_OPTION = "--genguard-baselines per-env"
 
 
 class GenguardSnapshot:
@@ -36,6 +54,8 @@ class GenguardSnapshot:
     passes and is never rewritten; a regression fails (``--snapshot-update`` rewrites it); a stale snapshot (model,
     tokenizer, settings or prompts changed) fails (``--genguard-update-stale`` or ``--snapshot-update`` rewrites it);
     an unreadable file fails this test only and is left unchanged. Every comparison emits a ``snapshot`` event.
+    With ``--genguard-baselines per-env`` the same holds for the baseline of the trace's environment class (see
+    the module docstring); `location`, `stored_text()` and `load()` still name the shared snapshot.
     """
 
     __hash__ = None  # type: ignore[assignment]
@@ -49,6 +69,8 @@ class GenguardSnapshot:
         self.overrides = dict(overrides)
         self.extension.overrides = self.overrides
         self.extension.nodeid = self._nodeid
+        self.per_env = session.settings(request.config).baselines == PER_ENV
+        self.extension.fix_options = PER_ENV_OPTION if self.per_env else ""
         self.explanation: list[str] = []
         self.last_name = ""
         self.last_source = ""
@@ -74,7 +96,7 @@ class GenguardSnapshot:
 
     @property
     def location(self) -> Path:
-        """The file the next assertion compares with."""
+        """The shared snapshot file of the next assertion (per-env baselines: the last fallback, see `Baseline`)."""
         a = self._assertion
         return Path(self.extension.get_location(test_location=a.test_location, index=a.index))
 
@@ -106,17 +128,18 @@ class GenguardSnapshot:
         text = self.stored_text()
         return None if text is None else parse_snapshot(text, self._relative(self.location))
 
-    def _execute(self, data: Any, *, update: bool, forced: bool | None = None) -> Any:
-        """Run syrupy's assertion (it records used/created/updated/failed and writes when `update`)."""
+    def _execute(self, data: Any, *, update: bool, forced: bool | None = None, read_from: Path | None = None) -> Any:
+        """Run syrupy's assertion (it records used/created/updated/failed and writes when `update`); `read_from`
+        makes it read that file instead of the shared snapshot (per-env baselines)."""
         a, ext = self._assertion, self.extension
-        saved = (a.update_snapshots, a.update_new_snapshots_only, ext.forced)
-        a.update_snapshots, ext.forced = update, forced
+        saved = (a.update_snapshots, a.update_new_snapshots_only, ext.forced, ext.read_from)
+        a.update_snapshots, ext.forced, ext.read_from = update, forced, read_from
         if forced is not None:
             a.update_new_snapshots_only = False
         try:
             a.__eq__(data)
         finally:
-            a.update_snapshots, a.update_new_snapshots_only, ext.forced = saved
+            a.update_snapshots, a.update_new_snapshots_only, ext.forced, ext.read_from = saved
         return a.executions[a.num_executions - 1]
 
     def _emit(self, verdict: str, detail: str, *, failure: bool, outcome: Outcome | None = None, **extra: Any) -> None:
@@ -133,14 +156,22 @@ class GenguardSnapshot:
             event["actual"] = outcome.comparison.actual.to_json()
         session.emit("snapshot", **event)
 
-    def _missing(self, source: str, can_record: bool = True) -> str:
-        command = f"pytest --snapshot-update {shlex.quote(self._nodeid)}"
+    def _missing(self, source: str, can_record: bool = True, base: Baseline | None = None) -> str:
+        command = fix_command("invalid", self._nodeid, self.extension.fix_options)
+        head = f"genguard snapshot {self.last_name!r} does not exist ({source})"
+        what = "it"
+        if base is not None:  # per-env: no baseline of this class, none of a near class, no shared snapshot
+            head = (
+                f"genguard snapshot {self.last_name!r} has no {base.env_class} baseline "
+                f"({self._relative(base.own)}) and nothing to fall back to (no baseline of the same dtype, no shared "
+                f"snapshot {source})"
+            )
+            what = f"the {base.env_class} baseline"
         if can_record:
-            return f"genguard snapshot {self.last_name!r} does not exist ({source}); record it with: {command}"
+            return f"{head}; record {what} with: {command}"
         return (
-            f"genguard snapshot {self.last_name!r} does not exist ({source}); verify() without prompts= cannot record "
-            f"it: pass prompts= and max_new_tokens= (as for record()) and run {command}, or record it with "
-            "`assert record(...) == genguard_snapshot`"
+            f"{head}; verify() without prompts= cannot record it: pass prompts= and max_new_tokens= (as for record()) "
+            f"and run {command}, or record it with `assert record(...) == genguard_snapshot`"
         )
 
     def _explain(self, outcome: Outcome, received: str, stored: str) -> list[str]:
@@ -152,6 +183,8 @@ class GenguardSnapshot:
     def __eq__(self, other: object) -> bool:
         received = serialize_value(other)  # a TypeError saying what genguard_snapshot accepts
         settings = session.settings(self._config)
+        if self.per_env:
+            return self._per_env_eq(other, received, settings)
         stored = self.stored_text()
         index, source = self._assertion.index, self._relative(self.location)
         self.last_name, self.last_source, self.explanation, self.last_comparison = self.name, source, [], None
@@ -193,6 +226,78 @@ class GenguardSnapshot:
 
             on_trace(self._config, self._nodeid, index, value, overrides=self.overrides)
 
+    # ------------------------------------------------------------------------------------------------ per-env
+
+    def _baseline(self, env_class: str) -> Baseline:
+        """The baseline an `env_class` trace is compared with for the next assertion, and this class's own file."""
+        from pytest_genguard.reference import per_env_location, resolve_baseline
+
+        try:
+            own = per_env_location(self.location, env_class)
+        except ValueError:
+            raise ValueError(
+                f"{PER_ENV_OPTION}: genguard snapshot {self.name!r}: the trace's environment gives the class "
+                f"{env_class!r}, which cannot key a baseline (it needs trace.environment's device_type, dtype and, on "
+                "CUDA, gpu_capability, as record() stores them); record the trace with pytest_genguard.record() or "
+                f"run without {PER_ENV_OPTION}"
+            ) from None
+        path, used = resolve_baseline(self.location, env_class)
+        text = self.extension.read_snapshot_data_from_location(
+            snapshot_location=str(path), snapshot_name=self.name, session_id=""
+        )
+        return Baseline(env_class, own, path, used, text, self._relative(path))
+
+    def _per_env_eq(self, other: object, received: str, settings: session.Settings) -> bool:
+        """``assert trace == genguard_snapshot`` with ``--genguard-baselines per-env`` (see the module docstring)."""
+        index = self._assertion.index
+        parsed = parse_snapshot(received, "received data")  # a trace, or a history: its first checkpoint's trace
+        first = parsed if isinstance(parsed, GenerationTrace) else (parsed[0].trace if parsed else None)
+        base = self._baseline(environment_class(first.environment if first is not None else {}))
+        self.last_name, self.last_source, self.explanation, self.last_comparison = self.name, base.source, [], None
+        new_only = self._assertion.update_new_snapshots_only
+        outcome = None if base.text is None else self.extension.outcome(received, base.text, source=base.source)
+        if outcome is None:
+            write = settings.snapshot_update or new_only
+        elif base.own_exists:
+            stale = outcome.verdict == Verdict.STALE.value
+            write = not outcome.ok and (settings.snapshot_update or (settings.update_stale and stale))
+        else:  # a fallback: --snapshot-update records this class's own baseline, even when the fallback matched
+            stale = outcome.verdict == Verdict.STALE.value
+            write = settings.snapshot_update or (settings.update_stale and stale) or (new_only and outcome.ok)
+        if outcome is not None:
+            self.last_comparison = outcome.comparison
+        if write:
+            self._write_baseline(base, received, outcome)
+            ok = True
+        elif outcome is None:
+            self.explanation = [self._missing(base.source, base=base)]
+            self._emit("missing", self.explanation[0], failure=True, **base.event())
+            ok = False
+        else:
+            ok = outcome.ok
+            detail = "\n".join(base.annotate(outcome.detail.splitlines()))
+            self._emit(outcome.verdict, detail, failure=not ok, outcome=outcome, **base.event())
+            if not ok:
+                self.explanation = base.annotate(self._explain(outcome, received, base.text or ""))
+        self._execute(other, update=False, forced=ok, read_from=base.own if write else base.path)
+        self._reference(other, index)
+        return ok
+
+    def _write_baseline(self, base: Baseline, text: str, outcome: Outcome | None, **extra: Any) -> None:
+        """Write this class's own baseline (atomically), never the fallback it was compared with."""
+        from pytest_genguard.reference import atomic_write
+
+        verdict = "updated" if base.own_exists else "created"
+        atomic_write(base.own, text)
+        own = self._relative(base.own)
+        head = f"{verdict} {own} (the {base.env_class} baseline"
+        detail = f"{head})" if outcome is None else f"{head}; was: {outcome.verdict} against {base.describe()})"
+        if outcome is not None and not outcome.ok:
+            detail += f"\n{outcome.detail}"
+        self.last_source = own
+        fields: dict[str, Any] = {"environment_class": base.env_class, "baseline": base.env_class, "baseline_file": own}
+        self._emit(verdict, detail, failure=False, **fields, **extra)
+
     # ------------------------------------------------------------------------------------------------ verify
 
     def verify(
@@ -221,8 +326,15 @@ class GenguardSnapshot:
         can_record = prompts is not None
         if can_record and max_new_tokens is None:
             raise TypeError("genguard_snapshot.verify(prompts=...): pass max_new_tokens= too, as for record()")
-        stored_text = self.stored_text()
-        source = self._relative(self.location)
+        base = None
+        if self.per_env:  # the baseline of the model's environment class (or its fallback)
+            from pytest_genguard.environment import environment
+
+            base = self._baseline(environment_class(environment(model)))
+        stored_text = self.stored_text() if base is None else base.text
+        source = self._relative(self.location) if base is None else base.source
+        missing = stored_text is None if base is None else not base.own_exists  # what --snapshot-update-new-only adds
+        extra: dict[str, Any] = {"via": "verify", **(base.event() if base is not None else {})}
         self.last_name, self.last_source, self.explanation = self.name, source, []
 
         def recorded() -> GenerationTrace:
@@ -231,25 +343,23 @@ class GenguardSnapshot:
                 model, tokenizer, prompts, max_new_tokens=max_new_tokens, top_k=top_k, seed=seed, **generate_kwargs
             )
 
-        if can_record and (
-            settings.snapshot_update or (stored_text is None and self._assertion.update_new_snapshots_only)
-        ):
+        if can_record and (settings.snapshot_update or (missing and self._assertion.update_new_snapshots_only)):
             trace = recorded()
             self.assert_match(trace)
             return self.last_comparison if self.last_comparison is not None else compare(trace, trace)
         if stored_text is None:
-            self.explanation = [self._missing(source, can_record)]
-            self._emit("missing", self.explanation[0], failure=True, via="verify")
+            self.explanation = [self._missing(source, can_record, base)]
+            self._emit("missing", self.explanation[0], failure=True, **extra)
             raise AssertionError(self.explanation[0])
         try:
             expected = parse_snapshot(stored_text, source)
         except TraceFormatError as exc:
-            rerecord = f"pytest --snapshot-update {shlex.quote(self._nodeid)}"
+            rerecord = fix_command("invalid", self._nodeid, self.extension.fix_options)
             self.explanation = [
                 str(exc),
                 f"This test fails until the file is fixed (it was left unchanged); to re-record it: {rerecord}",
             ]
-            self._emit("invalid", "\n".join(self.explanation), failure=True, via="verify")
+            self._emit("invalid", "\n".join(self.explanation), failure=True, **extra)
             raise AssertionError("\n".join(self.explanation)) from None
         if not isinstance(expected, GenerationTrace):
             raise TypeError(f"genguard_snapshot.verify(): {source} holds a recorder history; verify() checks traces")
@@ -260,17 +370,62 @@ class GenguardSnapshot:
             changed = compare(expected, requested, **tol)
             if changed.verdict is Verdict.STALE:
                 cmp = dataclasses.replace(cmp, verdict=Verdict.STALE, stale_reasons=changed.stale_reasons)
-        outcome = Outcome(cmp.verdict.value, _render(cmp, fix_command(cmp.verdict.value, self._nodeid)), cmp)
+        fix = fix_command(cmp.verdict.value, self._nodeid, self.extension.fix_options)
+        outcome = Outcome(cmp.verdict.value, _render(cmp, fix), cmp)
         if outcome.verdict == Verdict.STALE.value and settings.update_stale and can_record:
-            self._execute(recorded(), update=True, forced=False)
-            self._emit("updated", f"updated {source} (was: stale)\n{outcome.detail}", failure=False, via="verify")
+            if base is None:
+                self._execute(recorded(), update=True, forced=False)
+                self._emit("updated", f"updated {source} (was: stale)\n{outcome.detail}", failure=False, via="verify")
+            else:  # this class's own baseline, never the fallback
+                trace = recorded()
+                self._write_baseline(base, serialize_value(trace), outcome, via="verify")
+                self._execute(trace, update=False, forced=True, read_from=base.own)
             return cmp
-        result = self._execute(expected, update=False, forced=outcome.ok)
-        self._emit(outcome.verdict, outcome.detail, failure=not result.success, outcome=outcome, via="verify")
+        result = self._execute(expected, update=False, forced=outcome.ok, read_from=None if base is None else base.path)
+        detail = outcome.detail if base is None else "\n".join(base.annotate(outcome.detail.splitlines()))
+        self._emit(outcome.verdict, detail, failure=not result.success, outcome=outcome, **extra)
         if not result.success:
-            self.explanation = outcome.detail.splitlines()
-            raise AssertionError(outcome.detail)
+            self.explanation = detail.splitlines()
+            raise AssertionError(detail)
         return cmp
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """Per-env mode: what one assertion compares with and where it may write."""
+
+    env_class: str
+    """The environment class of the trace being asserted."""
+    own: Path
+    """This class's own baseline: the only file per-env mode writes."""
+    path: Path
+    """The file compared with: `own`, the nearest other class's baseline, or the shared snapshot."""
+    used: str | None
+    """The class of `path`; None: the shared snapshot."""
+    text: str | None
+    """The text of `path`; None when it does not exist (then `path` is the missing shared snapshot)."""
+    source: str
+    """`path` relative to the rootdir, for messages."""
+
+    @property
+    def own_exists(self) -> bool:
+        return self.used == self.env_class
+
+    def describe(self) -> str:
+        """Which baseline was used, for messages: the class, or the fallback and why."""
+        if self.own_exists:
+            return f"the {self.env_class} baseline {self.source}"
+        fallback = f"the {self.used} baseline" if self.used else "the shared snapshot"
+        return f"{fallback} {self.source} (fallback: no {self.env_class} baseline yet)"
+
+    def annotate(self, lines: list[str]) -> list[str]:
+        """`lines` with a second line naming the baseline (pytest truncates long explanations from the end)."""
+        return [*lines[:1], f"compared with {self.describe()}", *lines[1:]]
+
+    def event(self) -> dict[str, Any]:
+        """The `snapshot` event's baseline fields."""
+        used = self.used or ("shared fallback" if self.text is not None else None)
+        return {"environment_class": self.env_class, "baseline": used, "baseline_file": self.source}
 
 
 def _render(cmp: Comparison, fix: str | None) -> str:

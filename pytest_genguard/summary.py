@@ -44,10 +44,12 @@ def counts_lines(tally: session.Tally) -> list[str]:
     return lines
 
 
-def rerecord_command(stale_tests: list[str]) -> str:
-    """The command that re-records only stale snapshots, limited to the files that have them."""
+def rerecord_command(stale_tests: list[str], *, per_env: bool = False) -> str:
+    """The command that re-records only stale snapshots, limited to the files that have them (in per-env mode it
+    keeps the option, or the shared snapshots would be rewritten instead of this environment's baselines)."""
     files = sorted({nodeid.split("::", 1)[0] for nodeid in stale_tests})
-    return " ".join(["pytest", "--genguard-update-stale", *(shlex.quote(f) for f in files)])
+    options = ["--genguard-baselines", "per-env"] if per_env else []
+    return " ".join(["pytest", "--genguard-update-stale", *options, *(shlex.quote(f) for f in files)])
 
 
 class GenguardReporter:
@@ -88,7 +90,8 @@ class GenguardReporter:
                 write(f"  {nodeid}")
             if len(tally.stale_tests) > _STALE_SHOWN:
                 write(f"  ... and {len(tally.stale_tests) - _STALE_SHOWN} more")
-            write(f"re-record only the stale snapshots with: {rerecord_command(tally.stale_tests)}")
+            per_env = session.settings(config).baselines == "per-env"
+            write(f"re-record only the stale snapshots with: {rerecord_command(tally.stale_tests, per_env=per_env)}")
         if self.report_written is not None:
             write(f"HTML report: {self.report_written}")
         if self.report_error is not None:

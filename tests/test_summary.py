@@ -174,6 +174,8 @@ def test_fragile_steps_seen_while_recording_are_counted(pytester: pytest.Pyteste
 def test_the_rerecord_command_names_each_file_with_stale_snapshots_once() -> None:
     stale = ["a/test_x.py::test_1", "a/test_x.py::test_2[p]", "b/test y.py::test_3"]
     assert summary.rerecord_command(stale) == "pytest --genguard-update-stale a/test_x.py 'b/test y.py'"
+    per_env = "pytest --genguard-update-stale --genguard-baselines per-env a/test_x.py 'b/test y.py'"
+    assert summary.rerecord_command(stale, per_env=True) == per_env
 
 
 def test_verify_and_reference_checks_get_their_own_lines() -> None:
