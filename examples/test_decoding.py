@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from transformers import GenerationConfig
 
 from pytest_genguard import GenerationTrace, assert_deterministic, assert_no_repetition, compare, record
 
@@ -29,8 +30,12 @@ def test_greedy_path(tuned, genguard_snapshot):
 
 
 def test_sampled_path_with_a_seed(tuned, genguard_snapshot):
-    sampling = {"do_sample": True, "temperature": 1.5}
-    trace = record(tuned.model, tuned.tokenizer, PROMPTS, max_new_tokens=24, top_k=5, seed=0, **sampling)
+    # Say every sampling setting: transformers 4.5x samples with top_k=50 unless told, 5.x with no top-k at all.
+    # (record()'s own top_k is how many alternatives it records, so a sampling top-k goes in a GenerationConfig.)
+    sampling = GenerationConfig(do_sample=True, temperature=1.5, top_k=50)
+    trace = record(
+        tuned.model, tuned.tokenizer, PROMPTS, max_new_tokens=24, top_k=5, seed=0, generation_config=sampling
+    )
     assert trace == genguard_snapshot
 
 

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import metadata
+from importlib import metadata, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -306,9 +306,28 @@ def _key_parts(spec: _Spec, model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     }
 
 
-def recipe_hash(parts: dict[str, Any]) -> str:
-    """How the model was made, without the library versions: the model's identity in its fingerprint."""
-    return cache_key({k: v for k, v in parts.items() if k != "versions"})
+def recipe_hash(spec: _Spec) -> str:
+    """How the model was made, from our own inputs only: the model's identity in its fingerprint.
+
+    Unlike the cache key it leaves out everything a library upgrade changes (versions, the config's full dict and
+    the initial weights as a given transformers draws them, the Trainer's defaults), so the same recipe after an
+    upgrade is the same model, compared for drift rather than called stale.
+    """
+    from pytest_genguard.tiny import config_arguments
+
+    shipped = resources.files("pytest_genguard").joinpath("data", "tokenizer.json").read_bytes()
+    return cache_key(
+        {
+            "arch": spec.arch,
+            "config": config_arguments(spec.arch),
+            "tokenizer_file": hashlib.sha256(shipped).hexdigest(),
+            "corpus": hashlib.sha256(json.dumps(spec.corpus).encode()).hexdigest(),
+            "prompts": list(spec.prompts),
+            "training": [spec.steps, spec.learning_rate, spec.batch_size, LR_SCHEDULER, spec.every_n_steps],
+            "record": [RECORD_MAX_NEW_TOKENS, RECORD_TOP_K, TRAIN_THREADS],
+            "seed": spec.seed,
+        }
+    )
 
 
 def _finetune(
@@ -321,7 +340,7 @@ def _finetune(
     skeleton = tiny_model(spec.arch, seed=spec.seed)
     parts = _key_parts(spec, skeleton, tokenizer)
     key = cache_key(parts)
-    recipe = recipe_hash(parts)
+    recipe = recipe_hash(spec)
 
     def build(tmp: Path) -> tuple[tuple[PreTrainedModel, RecorderHistory], dict[str, Any]]:
         model = tiny_model(spec.arch, seed=spec.seed)

@@ -87,14 +87,17 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinger
     """Fingerprint of the tokenizer: its full serialized form where it has one, else its vocabulary and specials."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
+        # The vocabulary, merges and added tokens: what maps text to ids. The rest of the serialized form (an empty
+        # post-processor, version fields) differs between transformers versions for the same tokenizer; a change
+        # there that matters shows as changed prompt ids, which the comparison reports as such.
         doc = json.loads(backend.to_str())
-        doc.pop("truncation", None)
-        doc.pop("padding", None)  # padding side and length are call-time settings, not the tokenizer
-        text = json.dumps(doc, sort_keys=True)
+        added = sorted((t.get("id"), t.get("content"), t.get("special")) for t in doc.get("added_tokens") or [])
+        text = json.dumps({"model": doc.get("model"), "added_tokens": added}, sort_keys=True, ensure_ascii=False)
     else:
         text = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
     specials = json.dumps(
         {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())}, sort_keys=True, ensure_ascii=False
     )
     digest = hashlib.sha256((text + "\n" + specials).encode("utf-8", "surrogatepass")).hexdigest()
-    return TokenizerFingerprint(name=type(tokenizer).__name__, vocab_size=len(tokenizer), hash=digest)
+    name = "PreTrainedTokenizerFast" if backend is not None else type(tokenizer).__name__  # 5.x: TokenizersBackend
+    return TokenizerFingerprint(name=name, vocab_size=len(tokenizer), hash=digest)

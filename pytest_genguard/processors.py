@@ -137,11 +137,12 @@ class _Run:
         """The ids the processors saw at step t of row b: left padding, prompt and the tokens generated so far."""
         return self.sequences[b][: self.start + t]
 
-    def padding_only(self, b: int) -> set[int]:
-        """Ids that occur in row b only as left padding: transformers 5 leaves them out of the repetition penalty,
-        4.x counted them, so either is accepted."""
+    def padding_only(self, b: int, t: int) -> set[int]:
+        """Ids that occur in row b's context at step t only as left padding: transformers 5 leaves them out of the
+        repetition penalty, 4.x counted them, so either is accepted. (Only the context so far: a finished row is
+        padded with the same id later on.)"""
         pad = set(self.sequences[b][: self.padding[b]])
-        return pad - set(self.sequences[b][self.padding[b] :])
+        return pad - set(self.context(b, t)[self.padding[b] :])
 
     def raw(self, b: int, t: int) -> torch.Tensor:
         logits: torch.Tensor = self.out.logits[t][b]
@@ -180,7 +181,7 @@ def _repetition_penalty(run: _Run, penalty: float) -> list[str]:
         seen[ids] = True
         penalized = torch.where(raw < 0, raw * penalty, raw / penalty)
         expected = torch.where(seen, penalized, raw)
-        either = run.padding_only(b)
+        either = run.padding_only(b, t)
         bad = [i for i in _mismatches(processed, expected) if not (i in either and bool(processed[i] == penalized[i]))]
         count += len(bad)
         if bad and len(out) < _MAX_PER_CONTRACT:

@@ -82,17 +82,49 @@ def _prepare(
             "record(): num_return_sequences must be 1 (one recorded path per prompt); record each sequence "
             "with its own seed instead."
         )
-    settings: dict[str, JSONScalar] = {}
-    for key in SETTING_KEYS:
-        value = getattr(config, key, None)
-        if isinstance(value, (bool, int, float, str)) or value is None:
-            settings[key] = value
+    settings = _settings(config)
     settings["max_new_tokens"] = max_new_tokens
     settings["mode"] = _mode(config)
     # EOS ids let assert_well_formed() check a stored trace's endings; several ids are kept as "2,7" (a scalar).
     eos_ids = sorted(_eos_ids(config))
     settings["eos_token_id"] = eos_ids[0] if len(eos_ids) == 1 else (",".join(map(str, eos_ids)) or None)
     return _Prepared(config=config, model_kwargs=dict(model_kwargs), settings=settings)
+
+
+# Values that leave decoding as it is, and settings that act in one mode only: stored as None, so a trace reads the
+# same whether a transformers version spells "unset" as None (5.x) or as the neutral default (4.5x fills them in).
+_NEUTRAL: dict[str, JSONScalar] = {
+    "do_sample": False,
+    "num_beams": 1,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "typical_p": 1.0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "min_new_tokens": 0,
+    "length_penalty": 1.0,
+    "early_stopping": False,
+    "use_cache": True,
+}
+_SAMPLING_ONLY = frozenset({"temperature", "top_k", "top_p", "typical_p", "min_p"})
+_BEAM_ONLY = frozenset({"length_penalty", "early_stopping"})
+
+
+def _settings(config: GenerationConfig) -> dict[str, JSONScalar]:
+    """The decoding settings that change what is generated, normalized across transformers versions."""
+    mode = _mode(config)
+    settings: dict[str, JSONScalar] = {}
+    for key in SETTING_KEYS:
+        value = getattr(config, key, None)
+        if not (isinstance(value, (bool, int, float, str)) or value is None):
+            continue
+        inactive = (key in _SAMPLING_ONLY and not getattr(config, "do_sample", False)) or (
+            key in _BEAM_ONLY and mode != "beam"
+        )
+        neutral = key in _NEUTRAL and value == _NEUTRAL[key] and type(value) is type(_NEUTRAL[key])
+        settings[key] = None if inactive or neutral else value
+    return settings
 
 
 def _mode(config: GenerationConfig) -> str:

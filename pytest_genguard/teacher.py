@@ -95,6 +95,17 @@ def _pad_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tupl
     return int(prompt_pad), int(gen_pad)
 
 
+def _repetition_penalty(cls: Any, penalty: float, prompt_mask: torch.Tensor | None) -> Any:
+    """As `generate()` builds it: transformers 5 skips each row's left padding (`prompt_ignore_length` as a
+    per-row tensor); 4.5x takes only an int there and its `generate()` penalizes the padding too."""
+    if prompt_mask is not None and "prompt_ignore_length" in inspect.signature(cls).parameters:
+        try:
+            return cls(penalty, prompt_ignore_length=(prompt_mask != 0).int().argmax(dim=1))
+        except ValueError:
+            pass  # 4.5x: no per-row lengths, and generate() passes none
+    return cls(penalty)
+
+
 def build_processors(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -132,13 +143,7 @@ def build_processors(
     processors = LogitsProcessorList()
     penalty = float_setting(settings.get("repetition_penalty"), 1.0)
     if penalty != 1.0:
-        kwargs: dict[str, Any] = {}
-        if (
-            prompt_mask is not None
-            and "prompt_ignore_length" in inspect.signature(RepetitionPenaltyLogitsProcessor).parameters
-        ):
-            kwargs["prompt_ignore_length"] = (prompt_mask != 0).int().argmax(dim=1)  # skip the left padding
-        processors.append(RepetitionPenaltyLogitsProcessor(penalty, **kwargs))
+        processors.append(_repetition_penalty(RepetitionPenaltyLogitsProcessor, penalty, prompt_mask))
     ngram = int_setting(settings.get("no_repeat_ngram_size"), 0)
     if ngram > 0:
         processors.append(NoRepeatNGramLogitsProcessor(ngram))

@@ -160,6 +160,16 @@ def _resolve_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
 
 def _config(arch: str, overrides: dict[str, Any]) -> PretrainedConfig:
     """The tiny config for ``arch``, with ``overrides`` checked against the config class's attributes."""
+    config_cls, kwargs = _config_arguments(arch, overrides)
+    return config_cls(**kwargs)
+
+
+def config_arguments(arch: str) -> dict[str, Any]:
+    """The explicit arguments of ``arch``'s tiny config: what defines the model whatever the library's defaults."""
+    return dict(_config_arguments(arch, {})[1])
+
+
+def _config_arguments(arch: str, overrides: dict[str, Any]) -> tuple[type[PretrainedConfig], dict[str, Any]]:
     from transformers import GPT2Config, LlamaConfig, T5Config
 
     tok = _load_tokenizer()
@@ -212,7 +222,7 @@ def _config(arch: str, overrides: dict[str, Any]) -> PretrainedConfig:
                     f"pass attributes of {config_cls.__name__} (e.g. {', '.join(sorted(base))})"
                 )
             kwargs[aliases.get(key, key)] = value
-    return config_cls(**kwargs)
+    return config_cls, kwargs
 
 
 def tiny_model(

@@ -20,6 +20,7 @@ Semantics, chosen on purpose:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import warnings
 from typing import TYPE_CHECKING, Any
@@ -182,7 +183,13 @@ def _regenerate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trac
     from pytest_genguard.teacher import int_setting
 
     settings = dict(trace.settings)
-    kwargs = {k: settings[k] for k in SETTING_KEYS if settings.get(k) is not None and k != "max_new_tokens"}
+    kwargs: dict[str, Any] = {
+        k: settings[k] for k in SETTING_KEYS if settings.get(k) is not None and k != "max_new_tokens"
+    }
+    if "top_k" in kwargs:  # a sampling top-k goes in a generation config: record()'s top_k is the recorded top-k
+        config = copy.deepcopy(model.generation_config)
+        config.top_k = kwargs.pop("top_k")
+        kwargs["generation_config"] = config
     seed = settings.get("seed")
     return record(
         model,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import random
 from collections.abc import Iterator
@@ -257,11 +258,27 @@ def test_progress_shows_the_trainers_bar_and_logs(tmp_path: Path, capsys: pytest
     assert "'loss'" in out  # and its log lines
 
 
-def test_the_recipe_names_how_the_model_was_made_but_not_the_library_versions(quick: dict[str, Any]) -> None:
+def _recipe(**change: Any) -> str:
+    settings: dict[str, Any] = {"steps": QUICK, "seed": 0, "corpus": None, "prompts": None}
+    settings.update({"learning_rate": 1e-2, "batch_size": 8, **change})
+    return recipe_hash(_spec("gpt2", **settings))
+
+
+def test_the_recipe_names_how_the_model_was_made_but_not_the_library_versions(
+    quick: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ft = importlib.import_module("pytest_genguard.finetune")  # the module (pytest_genguard.finetune is the function)
+
     parts = _parts()
-    upgraded = {**parts, "versions": {**parts["versions"], "torch": "99.0"}}
+    recipe = _recipe()
+    monkeypatch.setattr(
+        ft, "_versions", lambda: {"torch": "99.0", "transformers": "9.0", "accelerate": "9.0", "pytest-genguard": "0"}
+    )
+    monkeypatch.setattr(ft, "_training_defaults", lambda: {"optim": "another-default"})
+    upgraded = _parts()
     assert cache_key(upgraded) != cache_key(parts)  # an upgrade retrains (the cache key sees versions) ...
-    assert recipe_hash(upgraded) == recipe_hash(parts)  # ... but it is the same model, compared, not stale
-    assert recipe_hash(_parts(seed=1)) != recipe_hash(parts)
-    assert quick["cold"].fingerprint.recipe == recipe_hash(parts)
-    assert quick["cold"].model.config.genguard_recipe == recipe_hash(parts)
+    assert _recipe() == recipe  # ... but it is the same model: compared for drift, not called stale
+    for change in ({"seed": 1}, {"steps": QUICK + 1}, {"learning_rate": 5e-3}, {"corpus": ["a b c."]}):
+        assert _recipe(**change) != recipe, change
+    assert quick["cold"].fingerprint.recipe == recipe
+    assert quick["cold"].model.config.genguard_recipe == recipe
