@@ -122,7 +122,7 @@ def tolerances_for(dtype: str | None) -> Tolerances:
         ) from None
 
 
-def _default_tolerances(expected: GenerationTrace, actual: GenerationTrace) -> Tolerances:
+def default_tolerances(expected: GenerationTrace, actual: GenerationTrace) -> Tolerances:
     """The loosest of the two traces' dtype defaults (symmetric); unknown dtypes fall back to bfloat16's."""
     found = []
     for dtype in (expected.dtype, actual.dtype):
@@ -547,7 +547,7 @@ def compare(
     for name, value in (("expected", expected), ("actual", actual)):
         if not isinstance(value, GenerationTrace):
             raise TypeError(f"compare: {name} must be a GenerationTrace, got {type(value).__name__}")
-    base = tolerances if tolerances is not None else _default_tolerances(expected, actual)
+    base = tolerances if tolerances is not None else default_tolerances(expected, actual)
     tol = base.replace(atol=atol, rtol=rtol, tie_tol=tie_tol)
     stats = _Stats()
     divergences: list[Divergence] = []

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from pytest_genguard import session
-from pytest_genguard.compare import BFLOAT16, EXACT, Comparison, Tolerances, Verdict, compare, tolerances_for
+from pytest_genguard.compare import EXACT, Comparison, Tolerances, Verdict, compare, default_tolerances
 from pytest_genguard.environment import environment_class, environment_differences, same_environment
 from pytest_genguard.trace import GenerationTrace, JSONScalar, TraceFormatError
 
@@ -205,16 +205,8 @@ def reference_tolerances(
 ) -> Tolerances:
     """Bitwise (`compare.EXACT`) within one environment, the dtype defaults across environments; explicit
     `overrides` (atol/rtol/tie_tol from the ini or a `genguard` marker) apply on top of either."""
-    if same_environment(expected.environment, actual.environment):
-        base = EXACT
-    else:  # the loosest of the two dtypes' defaults, as compare() does; an unknown dtype gets bfloat16's
-        found = []
-        for dtype in (expected.dtype, actual.dtype):
-            try:
-                found.append(tolerances_for(dtype))
-            except ValueError:
-                found.append(BFLOAT16)
-        base = found[0].loosest(found[1])
+    same = same_environment(expected.environment, actual.environment)
+    base = EXACT if same else default_tolerances(expected, actual)
     return base.replace(**dict(overrides or {}))
 
 
