@@ -133,9 +133,10 @@ def test_summary_counts_each_verdict_and_names_the_command_that_re_records_stale
 
 
 def test_a_plain_project_with_the_plugin_installed_prints_no_genguard_section(pytester: pytest.Pytester) -> None:
-    # (tests/test_plugin_basics.py checks the same under -n 2)
+    # (tests/test_plugin_basics.py checks the same under -n 2). A fresh process, as a user's run is: in-process,
+    # the outer run has already imported pytest_genguard, and pytest warns it cannot rewrite it a second time.
     pytester.makepyfile(test_plain="def test_plain(): assert 1 + 1 == 2")
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert section(result.stdout.str()) == []
     assert "genguard" not in result.stdout.str().split("\ncollected ", 1)[1]
