@@ -61,7 +61,13 @@ class Step:
     top_ids: tuple[int, ...]
     top_logprobs: tuple[float, ...]
     best_score: float | None = None
-    """The highest processed score at this step (None when not recorded): for greedy it equals `score`."""
+    """The highest processed score at this step when it is not the chosen token's (None: the chosen token had the
+    best score, as greedy decoding always does, or it was not recorded). Kept only when it differs, so greedy traces
+    do not repeat every score."""
+
+    def __post_init__(self) -> None:
+        if self.best_score is not None and self.best_score == self.score:
+            object.__setattr__(self, "best_score", None)
 
     @property
     def margin(self) -> float:

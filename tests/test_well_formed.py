@@ -82,7 +82,7 @@ def test_real_traces_of_every_arch_and_mode_are_well_formed(arch: str, mode: str
         (lambda s: {"logprob": 0.5}, "chosen raw logprob 0.5 is not a finite value <= 0"),
         (lambda s: {"logprob": s.logprob - 1e-3}, "differs from its own top-k entry"),
         (lambda s: {"score": math.inf, "best_score": math.inf}, "processed score inf is not finite"),
-        (lambda s: {"score": s.best_score - 1.0}, "greedy chose a token whose processed score"),
+        (lambda s: {"score": s.score - 1.0, "best_score": s.score}, "greedy chose a token whose processed score"),
         (
             lambda s: {"token_id": s.top_ids[1], "logprob": s.top_logprobs[1]},
             "greedy without ranking processors must choose the raw argmax, but chose rank 1",
