@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,7 @@ def weights_hash(model: PreTrainedModel) -> str:
     for name, tensor in sorted(model.state_dict().items()):
         t = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy())  # the buffer itself: no copy of every weight
     return digest.hexdigest()
 
 
@@ -83,6 +84,15 @@ def _recipe(model: PreTrainedModel) -> str | None:
     return recipe if isinstance(recipe, str) else None
 
 
+@functools.lru_cache(maxsize=2)
+def _backend_text(serialized: str) -> str:
+    """The vocabulary, merges and added tokens of a serialized tokenizer, canonical. Memoized by content: record()
+    fingerprints the same tokenizer on every call, and this JSON round trip was a third of record()'s own cost."""
+    doc = json.loads(serialized)
+    added = sorted((t.get("id"), t.get("content"), t.get("special")) for t in doc.get("added_tokens") or [])
+    return json.dumps({"model": doc.get("model"), "added_tokens": added}, sort_keys=True, ensure_ascii=False)
+
+
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:
     """Fingerprint of the tokenizer: its full serialized form where it has one, else its vocabulary and specials."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -90,9 +100,7 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinger
         # The vocabulary, merges and added tokens: what maps text to ids. The rest of the serialized form (an empty
         # post-processor, version fields) differs between transformers versions for the same tokenizer; a change
         # there that matters shows as changed prompt ids, which the comparison reports as such.
-        doc = json.loads(backend.to_str())
-        added = sorted((t.get("id"), t.get("content"), t.get("special")) for t in doc.get("added_tokens") or [])
-        text = json.dumps({"model": doc.get("model"), "added_tokens": added}, sort_keys=True, ensure_ascii=False)
+        text = _backend_text(backend.to_str())
     else:
         text = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
     specials = json.dumps(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,11 +46,17 @@ class _Prepared:
     settings: dict[str, JSONScalar]
 
 
-def _token_texts(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> dict[int, str]:
-    """Each id's exact text: byte-level tokens as their bytes (surrogate-escaped), others via decode()."""
+@functools.cache
+def _byte_decoder() -> dict[str, int]:
+    """The byte-level alphabet back to byte values; built once (it cost about as much as the rest of _token_texts)."""
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    decoder = {v: k for k, v in bytes_to_unicode().items()}
+    return {v: k for k, v in bytes_to_unicode().items()}
+
+
+def _token_texts(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> dict[int, str]:
+    """Each id's exact text: byte-level tokens as their bytes (surrogate-escaped), others via decode()."""
+    decoder = _byte_decoder()
     unique = sorted(set(ids))
     pieces = tokenizer.convert_ids_to_tokens(unique)
     specials = set(tokenizer.all_special_ids)
