@@ -47,8 +47,9 @@ __all__ = [
     "verify_entry",
 ]
 
-CACHE_FORMAT = 1
-"""Bumped when the layout of an entry changes: part of every key, so old entries are simply not found."""
+CACHE_FORMAT = 2
+"""Bumped when the layout of an entry, or the trace format of the recorder history it stores, changes: part of
+every fine-tuning key, so old entries are simply not found. (2: decoding settings normalized across versions.)"""
 
 MANIFEST = "manifest.json"
 LOCK_TIMEOUT_S = 1800.0

@@ -23,7 +23,15 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.cache import cache_dir_for, cache_key, default_cache_dir, fetch, load_model_entry, save_model_entry
+from pytest_genguard.cache import (
+    CACHE_FORMAT,
+    cache_dir_for,
+    cache_key,
+    default_cache_dir,
+    fetch,
+    load_model_entry,
+    save_model_entry,
+)
 from pytest_genguard.trace import ModelFingerprint
 
 if TYPE_CHECKING:
@@ -303,6 +311,7 @@ def _key_parts(spec: _Spec, model: PreTrainedModel, tokenizer: PreTrainedTokeniz
         },
         "seed": spec.seed,
         "versions": versions,
+        "format": CACHE_FORMAT,
     }
 
 
