@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from pytest_genguard.files import atomic_write_text
+
 if TYPE_CHECKING:
     import pytest
     from transformers import PreTrainedModel
@@ -128,18 +130,7 @@ def verify_entry(entry: Path, key: str) -> dict[str, Any]:
 
 
 def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", fsync=True)
 
 
 def _discard(entry: Path) -> None:

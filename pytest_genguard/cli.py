@@ -249,7 +249,8 @@ def find_trace_files(folder: Path) -> list[Path]:
 
 def report(folder: Path, output: Path, *, stream: IO[str] | None = None) -> int:
     """Render every trace file under `folder` into one HTML file; unreadable traces are listed and fail the command."""
-    from pytest_genguard.report_html import TraceFile, atomic_write_text, render_trace_files
+    from pytest_genguard.files import atomic_write_text
+    from pytest_genguard.report_html import TraceFile, render_trace_files
 
     if not folder.exists():
         raise CliError(f"{folder}: no such folder")

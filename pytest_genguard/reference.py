@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ import pytest
 from pytest_genguard import session
 from pytest_genguard.compare import EXACT, Comparison, Tolerances, Verdict, compare, default_tolerances
 from pytest_genguard.environment import environment_class, environment_differences, same_environment
+from pytest_genguard.files import atomic_write_text
 from pytest_genguard.trace import GenerationTrace, JSONScalar, TraceFormatError
 
 ENVIRONMENT_FILE = "environment.json"
@@ -122,19 +122,6 @@ def reference_path(directory: str | os.PathLike[str], nodeid: str, index: int | 
     """The reference file of snapshot `index` of test `nodeid`: DIR/<test file>/<test name>.<index>.json."""
     file_part, _, test_part = nodeid.partition("::")
     return Path(directory) / _safe(file_part.replace("/", "__")) / f"{_safe(test_part or 'module')}.{index}.json"
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and os.replace: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_environment_file(directory: Path) -> dict[str, Any]:
@@ -282,7 +269,7 @@ def on_trace(
     settings = session.settings(config)
     if settings.record_reference is not None:
         path = reference_path(settings.record_reference, nodeid, index)
-        atomic_write(path, trace.to_json())
+        atomic_write_text(path, trace.to_json())
         _write_environment(config, settings.record_reference, trace)
         session.emit(
             "reference",
@@ -315,7 +302,7 @@ def _write_environment(config: pytest.Config, directory: Path, trace: Generation
     if config.stash.get(_ENV_WRITTEN_KEY, False):
         return
     doc = {"environment_class": environment_class(trace.environment), "environment": dict(trace.environment)}
-    atomic_write(directory / ENVIRONMENT_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(directory / ENVIRONMENT_FILE, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     config.stash[_ENV_WRITTEN_KEY] = True
 
 

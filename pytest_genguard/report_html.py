@@ -12,9 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import math
-import os
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.compare import Comparison, Tolerances, compare, tolerances_for
 from pytest_genguard.explain import quote
+from pytest_genguard.files import atomic_write_text
 from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step, TraceFormatError
 
 if TYPE_CHECKING:
@@ -392,21 +391,6 @@ def render_trace_files(files: Sequence[TraceFile], *, root: str) -> str:
             inner = "".join((f"<h3>{_e(label)}</h3>" if label else "") + page.trace(t) for label, t in f.traces)
         parts.append(f'<section class="f" id="f{i}"><h2>{_e(f.path)}</h2>{inner}</section>')
     return _document("genguard traces", _e(root), "".join(parts))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` as UTF-8 through a temp file in the same folder and `os.replace`: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, unlike mkstemp's 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def report_target(config: pytest.Config, path: Path) -> Path:

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 import shlex
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +30,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from pytest_genguard import session
 from pytest_genguard.compare import Comparison, Tolerances, Verdict, compare
+from pytest_genguard.files import atomic_write_text
 from pytest_genguard.trace import GenerationTrace, TraceFormatError
 
 if TYPE_CHECKING:
@@ -261,14 +260,7 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
         data = next(iter(snapshot_collection)).data
         if not isinstance(data, str):
             raise TypeError(f"genguard snapshots are text; got {type(data).__name__} for {path}")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors="surrogateescape") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(path, data, errors="surrogateescape")
 
     def outcome(self, received: str, stored: str, *, source: str = "snapshot") -> Outcome:
         """`compare_texts` with this instance's tolerances, cached (syrupy may ask again for the diff)."""

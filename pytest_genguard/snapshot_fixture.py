@@ -285,10 +285,10 @@ class GenguardSnapshot:
 
     def _write_baseline(self, base: Baseline, text: str, outcome: Outcome | None, **extra: Any) -> None:
         """Write this class's own baseline (atomically), never the fallback it was compared with."""
-        from pytest_genguard.reference import atomic_write
+        from pytest_genguard.files import atomic_write_text
 
         verdict = "updated" if base.own_exists else "created"
-        atomic_write(base.own, text)
+        atomic_write_text(base.own, text)
         own = self._relative(base.own)
         head = f"{verdict} {own} (the {base.env_class} baseline"
         detail = f"{head})" if outcome is None else f"{head}; was: {outcome.verdict} against {base.describe()})"

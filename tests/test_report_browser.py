@@ -20,6 +20,7 @@ import pytest
 
 from pytest_genguard import report_html
 from pytest_genguard.compare import compare
+from pytest_genguard.files import atomic_write_text
 from pytest_genguard.session import Tally
 from pytest_genguard.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
 
@@ -127,7 +128,7 @@ def test_failure_report_loads_in_chromium_with_its_script_run_and_no_console_err
     tally.add("tests/test_decoding.py::test_stale", [_event(_trace(path), _trace([*path[:5], 5, 0], "b" * 64))])
     tally.add("tests/test_decoding.py::test_ok", [{"kind": "snapshot", "verdict": "identical", "failure": False}])
     page = tmp_path / "report.html"
-    report_html.atomic_write_text(page, report_html.render_run_report(tally, context="pytest examples/"))
+    atomic_write_text(page, report_html.render_run_report(tally, context="pytest examples/"))
     shot = ARTIFACTS / "genguard-report-failures.png"
     loaded = load(chromium, page, shot, tmp_path / "profile")
     print(f"screenshot of the failure report: {shot}")
@@ -148,7 +149,7 @@ def test_trace_folder_report_loads_in_chromium(chromium: str, tmp_path: Path) ->
         report_html.TraceFile("__snapshots__/broken.json", error="broken.json: not valid JSON"),
     ]
     page = tmp_path / "traces.html"
-    report_html.atomic_write_text(page, report_html.render_trace_files(files, root="examples"))
+    atomic_write_text(page, report_html.render_trace_files(files, root="examples"))
     shot = ARTIFACTS / "genguard-report-traces.png"
     loaded = load(chromium, page, shot, tmp_path / "profile")
     print(f"screenshot of the trace folder report: {shot}")

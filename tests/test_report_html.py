@@ -13,6 +13,7 @@ import pytest
 
 from pytest_genguard import report_html
 from pytest_genguard.compare import compare
+from pytest_genguard.files import atomic_write_text
 from pytest_genguard.session import Tally
 from pytest_genguard.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
 
@@ -153,7 +154,7 @@ def test_every_string_is_escaped_so_a_token_cannot_inject_markup() -> None:
 def test_bytes_of_incomplete_characters_show_as_byte_escapes_and_the_file_is_valid_utf8(tmp_path: Path) -> None:
     page = run_report(("t.py::test_greedy", failure_event(*REGRESSED)))
     target = tmp_path / "report.html"
-    report_html.atomic_write_text(target, page)
+    atomic_write_text(target, page)
     text = target.read_bytes().decode("utf-8")  # strict: a lone surrogate would have made the write fail
     assert "\\xe2\\x82" in text
     assert report_html.display_token("\udce2\udc82 a\n") == "\\xe2\\x82\u2423a\\n"
@@ -212,7 +213,7 @@ def test_atomic_write_keeps_the_old_report_when_the_write_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target = tmp_path / "report.html"
-    report_html.atomic_write_text(target, "old")
+    atomic_write_text(target, "old")
     umask = os.umask(0o022)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~umask  # readable like any file the user writes, not 0600
@@ -222,7 +223,7 @@ def test_atomic_write_keeps_the_old_report_when_the_write_fails(
 
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
-        report_html.atomic_write_text(target, "new")
+        atomic_write_text(target, "new")
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # no temp file left behind
 

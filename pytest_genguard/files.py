@@ -1,0 +1,30 @@
+"""Writing files a user owns: whole or not at all, with the permissions any file they write would get."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+
+def atomic_write_text(path: Path | str, text: str, *, errors: str = "strict", fsync: bool = False) -> None:
+    """Write `text` as UTF-8 through a temp file in the same folder and `os.replace`: readers never see half a file.
+
+    The temp file is created with mode 0666 so the umask applies (tempfile.mkstemp would leave 0600 snapshots).
+    `errors="surrogateescape"` writes surrogate-escaped bytes back as bytes; `fsync` makes the data durable before
+    the rename (cache manifests, written last, vouch for everything else).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n", errors=errors) as handle:
+            handle.write(text)
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
