@@ -1,5 +1,5 @@
-"""`python -m benchmarks [--smoke] [--only NAME] [--out PATH]`."""
+"""`python -m benchmarks [--smoke] [--only NAME] [--out PATH] [--threads N]`."""
 
-from benchmarks.run import main
+from benchmarks.run import exit_now, main
 
-raise SystemExit(main())
+exit_now(main())

@@ -5,7 +5,7 @@ time of `import torch, transformers`, of the first use of the model code the def
 `models.gpt2` etc. lazily, and that pulls in torch._dynamo, torch.distributed.tensor and sympy: it is paid once by
 any process that builds a model, genguard or not), of importing pytest_genguard.finetune, and of the `finetune()` call
 itself. The headline is the call alone; the call with all those imports and the whole process's wall time are given
-too.
+too. (`--smoke` runs both calls in its own process: it checks the code, not the fairness.)
 """
 
 from __future__ import annotations
@@ -17,57 +17,88 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import Result, Spread, child_env
 
+ROOT = Path(__file__).resolve().parent.parent
 COLD_TARGET = 15.0
 WARM_TARGET = 0.5
 
-_CHILD = """
-import json, sys, time
-t0 = time.perf_counter()
-import torch, transformers
-t1 = time.perf_counter()
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, TrainerCallback, TrainingArguments
-t15 = time.perf_counter()
-from transformers import LlamaConfig, T5Config  # tiny._config imports them whatever the arch
-t2 = time.perf_counter()
-from pytest_genguard.finetune import finetune
-t3 = time.perf_counter()
-profiler = None
-if len(sys.argv) > 4:
-    from pyinstrument import Profiler
-    profiler = Profiler(interval=0.0005)
-    profiler.start()
-for call in range(int(sys.argv[3])):
-    start = time.perf_counter()
-    tuned = finetune("gpt2", cache_dir=sys.argv[1], steps=int(sys.argv[2]) if sys.argv[2] else None, progress=False)
-    end = time.perf_counter()
-    print(json.dumps({"import": t1 - t0, "import_models": t2 - t1, "import_other_configs": t2 - t15,
-                      "import_genguard": t3 - t2, "call": end - start, "from_cache": tuned.from_cache,
-                      "train_seconds": tuned.train_seconds}))
-if profiler is not None:
-    profiler.stop()
-    with open(sys.argv[4], "w") as handle:
-        handle.write(profiler.output_text(unicode=False, color=False))
-"""
+
+def measure(cache_dir: str, steps: int | None, calls: int, profile_to: str | None = None) -> list[dict[str, Any]]:
+    """`calls` finetune() calls in this process, each call's seconds beside this process's import times (the child's
+    body; `--smoke` calls it in-process)."""
+    t0 = time.perf_counter()
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    t1 = time.perf_counter()
+    from transformers import (  # noqa: F401
+        AutoModelForCausalLM,
+        GPT2Config,
+        GPT2LMHeadModel,
+        TrainerCallback,
+        TrainingArguments,
+    )
+
+    t15 = time.perf_counter()
+    from transformers import LlamaConfig, T5Config  # noqa: F401  (tiny._config imports them whatever the arch)
+
+    t2 = time.perf_counter()
+    from pytest_genguard.finetune import finetune
+
+    t3 = time.perf_counter()
+    profiler: Any = None
+    out_path = Path(profile_to) if profile_to is not None else None
+    if out_path is not None:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(interval=0.0005)
+        profiler.start()
+    runs = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        tuned = finetune("gpt2", cache_dir=cache_dir, steps=steps, progress=False)
+        runs.append(
+            {
+                "import": t1 - t0,
+                "import_models": t2 - t1,
+                "import_other_configs": t2 - t15,
+                "import_genguard": t3 - t2,
+                "call": time.perf_counter() - start,
+                "from_cache": tuned.from_cache,
+                "train_seconds": tuned.train_seconds,
+            }
+        )
+    if out_path is not None:
+        profiler.stop()
+        out_path.write_text(profiler.output_text(unicode=False, color=False))
+    return runs
 
 
-def _child(cache_dir: str, steps: int | None, calls: int = 1, *profile_to: str) -> list[dict[str, float]]:
-    """`calls` finetune() calls in one fresh process: each call's times (the imports are the process's)."""
-    env = child_env()
+def _child_main() -> None:
+    cache_dir, steps, calls, *profile_to = sys.argv[1:]
+    runs = measure(cache_dir, int(steps) if steps else None, int(calls), *profile_to)
+    print(json.dumps(runs))
+
+
+def _child(cache_dir: str, steps: int | None, calls: int = 1, *profile_to: str) -> list[dict[str, Any]]:
+    """`measure()` in a fresh process, so imports and in-process memos do not leak from one figure to the other."""
+    code = "from benchmarks.finetune_cache import _child_main; _child_main()"
     start = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, cache_dir, str(steps or ""), str(calls), *profile_to],
+        [sys.executable, "-c", code, cache_dir, str(steps or ""), str(calls), *profile_to],
+        cwd=ROOT,
         capture_output=True,
         text=True,
-        env=env,
+        env=child_env(),
         check=False,
     )
     wall = time.perf_counter() - start
     if out.returncode != 0:
         raise RuntimeError(f"finetune benchmark child failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-    runs: list[dict[str, float]] = [json.loads(line) for line in out.stdout.strip().splitlines()[-calls:]]
+    runs: list[dict[str, Any]] = json.loads(out.stdout.strip().splitlines()[-1])
     for data in runs:
         data["wall"] = wall
     return runs
@@ -92,8 +123,9 @@ def run(smoke: bool) -> list[Result]:
     warm_profile: list[str] = []
     for i in range(pairs):
         with tempfile.TemporaryDirectory(prefix="genguard-bench-cache-") as cache:
-            if smoke:  # one process for both calls: the smoke run checks the script, not fresh-process fairness
-                first, second = _child(cache, steps, 2)
+            if smoke:  # in this process: the smoke run checks the code, not fresh-process fairness
+                first, second = measure(cache, steps, 2)
+                first["wall"] = second["wall"] = first["call"] + second["call"]
                 cold.append(first)
                 warm.append(second)
             else:

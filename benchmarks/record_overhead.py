@@ -73,6 +73,14 @@ def _measure(model: Any, tokenizer: Any, label: str, pairs: int, judged: bool, s
         *(f"  - {name}: {ms(s.median)}" for name, s in parts.items()),
     ]
     met = ratios.median <= TARGET if judged else None
+    fixed = sum(s.median for s in parts.values())
+    weights = parts["model_fingerprint() (sha256 of all weights)"].median
+    details.append(
+        f"- what record() adds is a fixed cost per call, not per token: the fingerprints and environment above "
+        f"({ms(fixed)}), then building the Steps and token texts; against a generate() of {ms(paired.b.median)} "
+        f"that is {extra / paired.b.median * 100:.0f}%. The weights fingerprint hashes every weight on every call "
+        f"({ms(weights)} for {params / 1e6:.2f}M parameters here), so it grows with the model (see the 26M row)"
+    )
     if met is False:
         calls = 2 if smoke else 20
         details += ["", f"Profile of {calls} record() calls:", "", *profile(recorded, calls=calls)]
