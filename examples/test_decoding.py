@@ -19,7 +19,8 @@ PROMPTS = ["the quick", "once upon a", "the train", "she reads"]
 
 @pytest.fixture(scope="module")
 def tuned(genguard_finetune):
-    # A tiny GPT-2 fine-tuned offline on the shipped sentences (seeded, one CPU thread), cached between runs.
+    # A tiny GPT-2 fine-tuned offline on the shipped sentences, pinned: `pytest --snapshot-update` trained it once and
+    # wrote its weights to examples/__genguard_pins__/, so every machine decodes the same weights.
     return genguard_finetune("gpt2")
 
 

@@ -44,14 +44,16 @@ __all__ = [
     "cache_key",
     "default_cache_dir",
     "fetch",
+    "key_lock",
     "load_model_entry",
     "save_model_entry",
     "verify_entry",
 ]
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 """Bumped when the layout of an entry, or the trace format of the recorder history it stores, changes: part of
-every fine-tuning key, so old entries are simply not found. (2: decoding settings normalized across versions.)"""
+every fine-tuning key, so old entries are simply not found. (2: decoding settings normalized across versions;
+3: the model fingerprint carries the architecture config.)"""
 
 MANIFEST = "manifest.json"
 LOCK_TIMEOUT_S = 1800.0

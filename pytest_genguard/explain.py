@@ -310,9 +310,49 @@ def _others(cmp: Comparison, shown: Divergence | None) -> list[str]:
     return lines
 
 
+# The environment fields that change what a kernel computes, in the order a reader checks them.
+_HEADLINE_FIELDS = (
+    ("device_type", ""),
+    ("gpu_name", ""),
+    ("cpu_capability", ""),
+    ("dtype", ""),
+    ("attn_implementation", "attention "),
+    ("num_threads", "threads "),
+    ("torch", "torch "),
+    ("transformers", "transformers "),
+)
+
+
+def environment_line(cmp: Comparison) -> str | None:
+    """``recorded on AVX2 / transformers 4.57.6, now AVX512 / transformers 5.23.0``: the environment fields that
+    differ, before any number (None when none of them does), so a reader knows at once what moved."""
+    e, a = cmp.expected.environment, cmp.actual.environment
+    if not e or not a:
+        return None
+    before, after = [], []
+    for key, label in _HEADLINE_FIELDS:
+        old, new = e.get(key), a.get(key)
+        if old == new:
+            continue
+        before.append(f"{label}{_bare(old)}")
+        after.append(f"{label}{_bare(new)}")
+    if not before:
+        return None
+    return f"recorded on {' / '.join(before)}, now {' / '.join(after)}"
+
+
+def _bare(value: object) -> str:
+    """A value unquoted, with what a terminal would not show escaped; '?' for an unknown one."""
+    return "?" if value is None else "".join(_escape_char(c) for c in str(value))
+
+
 def render(cmp: Comparison, *, fix: str | None = None) -> str:
-    """The full explanation of `cmp` (summary line first); `fix` replaces the suggested command."""
+    """The full explanation of `cmp` (summary line first, then what differs in the environment); `fix` replaces
+    the suggested command."""
     lines = [summary_line(cmp, fix=fix)]
+    moved = environment_line(cmp) if cmp.verdict is not Verdict.IDENTICAL else None
+    if moved is not None:
+        lines.append(moved)
     div = headline(cmp)
     if div is not None:
         if cmp.verdict is Verdict.STALE:

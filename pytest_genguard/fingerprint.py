@@ -7,7 +7,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.trace import ModelFingerprint, TokenizerFingerprint
+from pytest_genguard.trace import JSONScalar, ModelFingerprint, TokenizerFingerprint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -32,18 +32,117 @@ _VOLATILE_CONFIG_KEYS = frozenset(
 )
 
 
-def _clean_config(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _clean_config(v) for k, v in sorted(value.items()) if k not in _VOLATILE_CONFIG_KEYS}
-    if isinstance(value, list):
-        return [_clean_config(v) for v in value]
+# Not the architecture: generation defaults that transformers 4.x kept in the config (5.x moved them to the
+# GenerationConfig; the decoding settings a trace records are its own field) and bookkeeping flags. Keys that a
+# version adds or drops otherwise need no list: a key on one side only never counts (see compare's stale rule).
+_NOT_ARCHITECTURE = frozenset(
+    {
+        "bad_words_ids",
+        "begin_suppress_tokens",
+        "diversity_penalty",
+        "do_sample",
+        "early_stopping",
+        "encoder_no_repeat_ngram_size",
+        "exponential_decay_length_penalty",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+        "length_penalty",
+        "max_length",
+        "min_length",
+        "no_repeat_ngram_size",
+        "num_beam_groups",
+        "num_beams",
+        "num_return_sequences",
+        "output_attentions",
+        "output_hidden_states",
+        "output_scores",
+        "remove_invalid_values",
+        "repetition_penalty",
+        "return_dict",
+        "return_dict_in_generate",
+        "suppress_tokens",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+        "chunk_size_feed_forward",
+        "finetuning_task",
+        "id2label",
+        "label2id",
+        "prefix",
+        "problem_type",
+        "task_specific_params",
+        "tf_legacy_loss",
+        "tokenizer_class",
+        "torchscript",
+        "use_bfloat16",
+    }
+)
+
+# transformers 5 folded these 4.x keys into ``rope_parameters``; 4.x configs are folded the same way.
+_ROPE_KEYS = ("rope_theta", "rope_scaling", "partial_rotary_factor", "rotary_pct", "rotary_emb_base")
+
+
+def _fold_rope(config: dict[str, Any]) -> None:
+    """Rewrite 4.x rope keys as 5.x's ``rope_parameters`` (theta, type, scaling, partial factor), in place."""
+    if isinstance(config.get("rope_parameters"), dict):
+        for key in _ROPE_KEYS:
+            config.pop(key, None)  # 5.x: the same values are inside rope_parameters
+        return
+    if "rope_theta" not in config and "rotary_emb_base" not in config:
+        return  # no rotary embeddings (gpt2, t5)
+    scaling = config.get("rope_scaling")
+    rope: dict[str, Any] = dict(scaling) if isinstance(scaling, dict) else {}
+    if "type" in rope:
+        rope.setdefault("rope_type", rope.pop("type"))
+    rope.setdefault("rope_type", "default")
+    theta = config.get("rope_theta")
+    rope["rope_theta"] = config.get("rotary_emb_base") if theta is None else theta
+    partial = config.get("partial_rotary_factor")
+    partial = config.get("rotary_pct") if partial is None else partial
+    if partial is not None:
+        rope["partial_rotary_factor"] = partial
+    for key in _ROPE_KEYS:
+        config.pop(key, None)
+    config["rope_parameters"] = rope
+
+
+def _canonical(value: Any) -> Any:
+    """One spelling per value: integral floats as ints (4.x wrote ``rope_theta: 10000``, 5.x ``10000.0``)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value
 
 
+def _flatten(config: dict[str, Any], prefix: str, out: dict[str, JSONScalar], *, fold: bool = True) -> None:
+    config = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS and k not in _NOT_ARCHITECTURE}
+    if fold:  # a config or sub-config (text_config, ...), not the rope parameters themselves
+        _fold_rope(config)
+    for key, value in sorted(config.items()):
+        name = f"{prefix}{key}"
+        if value is None:
+            continue  # unset: the same as absent (5.x fills in some defaults that 4.x left as None)
+        if isinstance(value, dict):
+            _flatten(value, f"{name}.", out, fold=key not in ("rope_parameters", "rope_scaling"))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps([_canonical(v) for v in value], sort_keys=True, default=str)
+        elif isinstance(value, (str, int, float, bool)):
+            out[name] = _canonical(value)
+        else:
+            out[name] = str(value)
+
+
+def architecture_config(raw: dict[str, Any]) -> dict[str, JSONScalar]:
+    """The architecture part of a ``config.to_dict()``, flat (``rope_parameters.rope_theta``) and in one spelling
+    across transformers versions: no bookkeeping, no generation defaults, no unset values, rope keys as in 5.x."""
+    out: dict[str, JSONScalar] = {}
+    _flatten(dict(raw), "", out)
+    return out
+
+
 def config_hash(model: PreTrainedModel) -> str:
-    """sha256 of the model config without volatile keys (stable across transformers versions and devices)."""
-    raw = model.config.to_dict()
-    text = json.dumps(_clean_config(raw), sort_keys=True, default=str)
+    """sha256 of `architecture_config` (the same on transformers 4.57 and 5.x for the same model)."""
+    text = json.dumps(architecture_config(model.config.to_dict()), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -69,13 +168,15 @@ def model_dtype(model: PreTrainedModel) -> str:
 
 def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
     """Fingerprint of the model's config and weights."""
+    config = architecture_config(model.config.to_dict())
     return ModelFingerprint(
         model_type=str(getattr(model.config, "model_type", type(model).__name__)),
-        config_hash=config_hash(model),
+        config_hash=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
         weights_hash=weights_hash(model),
         num_parameters=sum(p.numel() for p in model.parameters()),
         dtype=model_dtype(model),
         recipe=_recipe(model),
+        config=config,
     )
 
 

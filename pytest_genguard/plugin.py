@@ -68,6 +68,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "genguard_tie_tol", "logprob gap under which a divergence is a near tie (default: by dtype)", default=""
     )
     parser.addini("genguard_cache_dir", "where fine-tuned models are cached (default: pytest's cache dir)", default="")
+    parser.addini(
+        "genguard_pin_dir",
+        "where pinned fine-tuned weights live, relative to the rootdir (default: __genguard_pins__); commit it",
+        default="",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

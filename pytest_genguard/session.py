@@ -38,6 +38,7 @@ class Settings:
     tie_tol: float | None = None
     cache_dir: Path | None = None
     rootdir: Path = field(default_factory=Path.cwd)
+    pin_dir: Path = field(default_factory=lambda: Path.cwd() / "__genguard_pins__")
 
     def tolerance_overrides(self) -> dict[str, float]:
         """The ini tolerances that are set (the rest come from the dtype defaults)."""
@@ -84,6 +85,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         tie_tol=_float_ini(config, "genguard_tie_tol"),
         cache_dir=cache_dir,
         rootdir=config.rootpath,
+        pin_dir=config.rootpath / str(config.getini("genguard_pin_dir") or "__genguard_pins__"),
     )
 
 

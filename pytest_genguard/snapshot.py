@@ -29,7 +29,7 @@ import pytest
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from pytest_genguard import session
-from pytest_genguard.compare import Comparison, Tolerances, Verdict, compare
+from pytest_genguard.compare import TRAINING, TRAINING_LOSS, Comparison, Tolerances, Verdict, compare
 from pytest_genguard.files import atomic_write_text
 from pytest_genguard.trace import GenerationTrace, TraceFormatError
 
@@ -174,18 +174,20 @@ def compare_texts(
     return Outcome(Verdict.STALE.value, detail)
 
 
-# transformers 4.5x logs the training loss rounded to 4 decimals (5.x does not): half a unit there is no change.
-_LOSS_LOGGING_ATOL = 5e-5
+def training_tolerances(overrides: dict[str, float]) -> Tolerances:
+    """The tolerances a recorder history is compared with: `TRAINING`, with the test's overrides on top."""
+    return TRAINING.replace(**tolerance_kwargs(overrides))
 
 
-def _losses_close(tolerances: Tolerances, expected: float, actual: float) -> bool:
-    return tolerances.close(expected, actual) or abs(expected - actual) <= _LOSS_LOGGING_ATOL
+def _describe_training(tolerances: Tolerances) -> str:
+    return f"training tolerance: logprobs {tolerances}; loss atol {TRAINING_LOSS.atol:g}, rtol {TRAINING_LOSS.rtol:g}"
 
 
 def _compare_histories(
     expected: list[Any], actual: list[Any], overrides: dict[str, float], nodeid: str | None, options: str = ""
 ) -> Outcome:
-    """Checkpoint by checkpoint: the schedule (step, event) must match (else stale), each trace via compare()."""
+    """Checkpoint by checkpoint under the training tolerance (training on another CPU amplifies rounding; see
+    `compare.TRAINING`): the schedule (step, event) must match (else stale), each trace via compare()."""
     from pytest_genguard.explain import number, render
 
     schedule_e = [(c.step, c.event) for c in expected]
@@ -196,14 +198,15 @@ def _compare_histories(
             f"re-record with: {fix_command('stale', nodeid, options)}"
         )
         return Outcome(Verdict.STALE.value, detail)
+    tolerances = training_tolerances(overrides)
     severity = [Verdict.IDENTICAL, Verdict.WITHIN_TOLERANCE, Verdict.TOLERATED, Verdict.REGRESSION, Verdict.STALE]
     worst: tuple[int, Comparison] | None = None
     loss_notes = []
     for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-        cmp = compare(e.trace, a.trace, **tolerance_kwargs(overrides))
+        cmp = compare(e.trace, a.trace, tolerances=tolerances)
         if worst is None or severity.index(cmp.verdict) > severity.index(worst[1].verdict):
             worst = (i, cmp)
-        if e.loss is not None and a.loss is not None and not _losses_close(cmp.tolerances, e.loss, a.loss):
+        if e.loss is not None and a.loss is not None and not TRAINING_LOSS.close(e.loss, a.loss):
             loss_notes.append(f"checkpoint {i} (step {e.step}): loss {number(e.loss, 6)} -> {number(a.loss, 6)}")
     if worst is None:
         return Outcome(Verdict.IDENTICAL.value, "identical (no checkpoints)")
@@ -212,7 +215,7 @@ def _compare_histories(
     if loss_notes and severity.index(verdict) < severity.index(Verdict.REGRESSION):
         verdict = Verdict.REGRESSION
     where = f"checkpoint {index} (step {expected[index].step}, {expected[index].event})"
-    head = f"{verdict.value}: {len(expected)} checkpoints, worst at {where}"
+    head = f"{verdict.value}: {len(expected)} checkpoints, worst at {where} ({_describe_training(tolerances)})"
     lines = [head, *(["training loss beyond tolerance: " + "; ".join(loss_notes)] if loss_notes else [])]
     lines += ["", f"{where}:", render(cmp, fix=fix_command(verdict.value, nodeid, options))]
     return Outcome(verdict.value, "\n".join(lines), cmp)

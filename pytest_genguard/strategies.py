@@ -58,7 +58,9 @@ ODD_TOKENS: tuple[str, ...] = (
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "torch.float32", "torch.bfloat16")
 MODEL_TYPES: tuple[str, ...] = ("gpt2", "llama", "t5")
 
-_ALPHABET = st.one_of(st.characters(), st.integers(0xDC80, 0xDCFF).map(chr))
+# Surrogates only as surrogateescape makes them (U+DC80-U+DCFF, one per raw byte): text decoded from UTF-8 never
+# holds others, and JSON cannot keep a high surrogate and a low one apart (it reads the pair as one character).
+_ALPHABET = st.one_of(st.characters(exclude_categories=["Cs"]), st.integers(0xDC80, 0xDCFF).map(chr))
 
 
 def token_texts(max_size: int = 8) -> st.SearchStrategy[str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
+import math
 from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
@@ -29,6 +31,7 @@ __all__ = [
     "corpus_texts",
     "finetune_texts",
     "is_encoder_decoder",
+    "portable_uniform",
     "probe_prompts",
     "tiny_model",
     "tiny_tokenizer",
@@ -235,11 +238,12 @@ def tiny_model(
 ) -> PreTrainedModel:
     """A randomly initialised tiny model (<1M parameters) that matches ``tiny_tokenizer()``, in eval mode.
 
-    Weights are a pure function of ``(arch, seed, config_overrides)``: they are initialised on CPU under a
-    forked CPU RNG, so the caller's RNG state is untouched, CUDA is never initialised here, and the same seed
-    gives bitwise-identical weights on every machine. ``dtype`` casts after construction (transformers 4.57
-    and 5.x spell the constructor argument differently); ``attn_implementation`` is ``"eager"``, ``"sdpa"``
-    or another implementation transformers supports for the arch.
+    Weights are a pure function of ``(arch, seed, config_overrides)``, bitwise identical on every machine, CPU
+    kernel set and transformers version: every random weight is drawn from an integer hash of ``(seed, parameter
+    name, index)`` (see `_reinitialise`), never from torch's vectorised ``normal_``, whose values depend on the CPU's
+    kernels. The caller's RNG state is untouched and CUDA is never initialised here. ``dtype`` casts after
+    construction (transformers 4.57 and 5.x spell the constructor argument differently); ``attn_implementation``
+    is ``"eager"``, ``"sdpa"`` or another implementation transformers supports for the arch.
     """
     if arch not in ARCHS:
         raise ValueError(f"tiny_model(arch={arch!r}): unknown arch; valid archs are {', '.join(ARCHS)}")
@@ -258,6 +262,7 @@ def tiny_model(
     with torch.random.fork_rng(devices=[]), torch.device("cpu"):
         torch.default_generator.manual_seed(seed)
         built: Any = auto.from_config(config, **extra)
+    _reinitialise(built, arch, seed)
     if torch_dtype is not None:
         built = built.to(torch_dtype)
     built.eval()
@@ -270,6 +275,83 @@ def tiny_model(
         gen.decoder_start_token_id = config.pad_token_id
     model: PreTrainedModel = built
     return model
+
+
+# ---------------------------------------------------------------------------------------------------- init
+
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def portable_uniform(seed: int, name: str, count: int) -> Any:
+    """``count`` float64 values uniform in [0, 1), a pure function of ``(seed, name)`` on every machine.
+
+    SplitMix64 over a counter, in numpy's wrapping uint64 arithmetic, top 53 bits scaled by 2**-53: integer
+    operations and one exact scaling, so no CPU kernel, libm or library version can change a bit (torch's
+    ``normal_`` draws other values under its AVX2 and scalar kernels; numpy's Generator promises no stream
+    stability across releases).
+    """
+    import numpy as np
+
+    start = int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "little")
+    with np.errstate(over="ignore"):
+        z = np.arange(1, count + 1, dtype=np.uint64) * np.uint64(_GOLDEN) + np.uint64(start)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def _init_std(arch: str, config: PretrainedConfig, name: str) -> float | None:
+    """The standard deviation transformers' own ``_init_weights`` gives weight ``name`` (None: no rule known)."""
+    if arch in ("gpt2", "llama"):
+        std = float(config.initializer_range)
+        if arch == "gpt2" and name.endswith("c_proj.weight"):  # GPT-2's scaled residual projections
+            std /= math.sqrt(2 * config.n_layer)
+        return std
+    factor = float(config.initializer_factor)
+    d_model, d_kv, d_ff, heads = config.d_model, config.d_kv, config.d_ff, config.num_heads
+    module = name.rsplit(".", 2)[-2] if name.count(".") >= 1 else name
+    stds = {
+        "shared": 1.0,
+        "embed_tokens": 1.0,
+        "lm_head": 1.0,
+        "q": (d_model * d_kv) ** -0.5,
+        "k": d_model**-0.5,
+        "v": d_model**-0.5,
+        "o": (heads * d_kv) ** -0.5,
+        "relative_attention_bias": d_model**-0.5,
+        "wi": d_model**-0.5,
+        "wi_0": d_model**-0.5,
+        "wi_1": d_model**-0.5,
+        "wo": d_ff**-0.5,
+    }
+    return factor * stds[module] if module in stds else None
+
+
+def _reinitialise(model: Any, arch: str, seed: int) -> None:
+    """Replace every randomly initialised weight with portable values of the same standard deviation.
+
+    Uniform in [-a, a] with a = std * sqrt(3) (the std transformers' normal init uses), from `portable_uniform`,
+    computed in float64 and rounded once to the parameter's dtype. Constant tensors (norm weights of 1, zero
+    biases) are exact everywhere and stay as built. Tied weights are set once (``named_parameters`` skips
+    duplicates).
+    """
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            flat = param.detach().reshape(-1)
+            if bool((flat == flat[0]).all()):
+                continue
+            std = _init_std(arch, model.config, name)
+            if std is None:
+                raise RuntimeError(
+                    f"tiny_model({arch!r}): no portable initialisation rule for parameter {name!r}; "
+                    "add one in pytest_genguard.tiny._init_std"
+                )
+            bound = std * math.sqrt(3.0)
+            values = (portable_uniform(seed, name, flat.numel()) * 2.0 - 1.0) * bound
+            param.copy_(torch.from_numpy(values).reshape(param.shape))
 
 
 def _shipped_tokenizer_path() -> Path:

@@ -122,6 +122,10 @@ class ModelFingerprint:
     """For models fine-tuned by genguard: the hash of how they were made (architecture, data, training settings,
     seed; not library versions). Two traces of one recipe are the same model even where an upgrade or another CPU
     trained it to other weights, so they are compared rather than called stale."""
+    config: Mapping[str, JSONScalar] | None = None
+    """The architecture part of the model config, flat and spelled the same on every transformers version
+    (`fingerprint.architecture_config`): a key set on both sides with other values is a changed model; a key that
+    one transformers version writes and another does not is not. None in traces of pytest-genguard 0.1."""
 
     def short(self) -> str:
         return f"{self.model_type}/{self.weights_hash[:12]}"
@@ -266,7 +270,7 @@ def _prompt(p: PromptTrace) -> str:
 
 def dumps(trace: GenerationTrace) -> str:
     """The schema-1 JSON text of `trace` (see the module docstring for the format)."""
-    model = _mapping(vars_of(trace.model), "  ") if trace.model else "null"
+    model = _model(trace.model) if trace.model else "null"
     tokenizer = _mapping(vars_of(trace.tokenizer), "  ") if trace.tokenizer else "null"
     prompts = "[\n" + ",\n".join(_prompt(p) for p in trace.prompts) + "\n  ]" if trace.prompts else "[]"
     return (
@@ -282,11 +286,21 @@ def dumps(trace: GenerationTrace) -> str:
 
 
 def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScalar]:
-    """The fields to write; an unset recipe is left out, so traces of plain models do not carry it."""
-    fields: dict[str, JSONScalar] = dict(obj.__dict__)
+    """The scalar fields to write; an unset recipe is left out, so traces of plain models do not carry it (the
+    model's `config` mapping is written by `dumps` on its own)."""
+    fields: dict[str, Any] = dict(obj.__dict__)
+    fields.pop("config", None)
     if fields.get("recipe", "") is None:
         del fields["recipe"]
     return fields
+
+
+def _model(model: ModelFingerprint) -> str:
+    text = _mapping(vars_of(model), "  ")
+    if model.config is None:
+        return text
+    config = _mapping(model.config, "    ")
+    return text[: -len("\n  }")] + f',\n    "config": {config}\n  }}'
 
 
 # ---------------------------------------------------------------------------------------------------- decoding
@@ -419,6 +433,7 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
             num_parameters=r.int_(r.key(m, "num_parameters", "model"), "model.num_parameters"),
             dtype=r.str_(r.key(m, "dtype", "model"), "model.dtype"),
             recipe=None if m.get("recipe") is None else r.str_(m["recipe"], "model.recipe"),
+            config=None if m.get("config") is None else r.scalars(m["config"], "model.config"),
         )
     tokenizer = None
     if tok_raw is not None:

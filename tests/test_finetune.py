@@ -32,7 +32,7 @@ from pytest_genguard.record import record
 from pytest_genguard.recorder import preserved_rng
 from pytest_genguard.tiny import ARCHS, finetune_texts, probe_prompts, tiny_model, tiny_tokenizer
 
-MIN_MARGIN = 5.0
+MIN_MARGIN = 4.5  # measured 4.86 (gpt2), 7.60 (llama), 5.91 (t5) nats with the portable initialisation
 """The smallest top-1/top-2 margin (nats) every default model keeps on every greedy step of every probe prompt."""
 QUICK = 2  # steps for tests that exercise the cache, not the quality of the model
 

@@ -1,5 +1,5 @@
-"""The genguard_finetune fixture: memoized per process, one training per model across xdist workers, --genguard-rebuild
-retrains once per run."""
+"""The genguard_finetune fixture's per-machine training (pinned=False): memoized per process, one training per model
+across xdist workers, --genguard-rebuild retrains once per run. (Pinned weights: tests/test_pins.py.)"""
 
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ def _report(name, tuned):
     }))
 
 def test_first(genguard_finetune):
-    _report("first", genguard_finetune("gpt2", steps=2))
+    _report("first", genguard_finetune("gpt2", steps=2, pinned=False))
 
 def test_second(genguard_finetune):
-    _report("second", genguard_finetune("gpt2", steps=2))
+    _report("second", genguard_finetune("gpt2", steps=2, pinned=False))
 """
 
 

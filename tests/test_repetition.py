@@ -98,7 +98,7 @@ def test_a_three_gram_limit_of_two_would_flag_natural_text() -> None:
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_the_defaults_pass_on_the_fine_tuned_models_outputs(arch: str, genguard_finetune: Callable[..., Any]) -> None:
-    tuned = genguard_finetune(arch)
+    tuned = genguard_finetune(arch, pinned=False)
     trace = record(tuned.model, tuned.tokenizer, PROBES, max_new_tokens=24)
     assert all(p.finish_reason == "eos" for p in trace)  # sharp models that stop: the outputs are real sentences
     assert_no_repetition(trace)

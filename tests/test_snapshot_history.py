@@ -63,7 +63,7 @@ def test_a_regressed_checkpoint_fails_naming_the_checkpoint(recorded: pytest.Pyt
     result.assert_outcomes(failed=1, deselected=1)
     result.stdout.fnmatch_lines(
         [
-            "E  *  regression: 2 checkpoints, worst at checkpoint 1 (step 20, step)",
+            "E  *  regression: 2 checkpoints, worst at checkpoint 1 (step 20, step) (training tolerance: logprobs *",
             "E  *  regression: prompt 0 'hello' diverges at step 2: *",
         ]
     )
@@ -87,7 +87,7 @@ def test_a_training_loss_beyond_tolerance_is_a_regression(recorded: pytest.Pytes
     result.assert_outcomes(failed=1, deselected=1)
     result.stdout.fnmatch_lines(
         [
-            "E  *  regression: 2 checkpoints, worst at checkpoint 0 (step 10, step)",
+            "E  *  regression: 2 checkpoints, worst at checkpoint 0 (step 10, step) (training tolerance: *",
             "E  *  training loss beyond tolerance: checkpoint 0 (step 10): loss 2.5 -> 2.6; checkpoint 1 (step 20): "
             "loss 1.25 -> 1.3",
         ]
