@@ -221,6 +221,9 @@ def record(
         steps = _collect_steps(out, len(prompt_list), top_k)
     start = 1 if encoder_decoder else inputs["input_ids"].shape[1]
     generated = out.sequences[:, start:].tolist()
+    lengths = _path_lengths(out)
+    if lengths is not None:  # beam search: a hypothesis that ended early is followed by padding
+        generated = [row[:n] for row, n in zip(generated, lengths, strict=True)]
     ids_in_trace = [i for row in generated for i in row] + [i for s in steps for i in s["top_ids_flat"]]
     texts = _token_texts(tokenizer, ids_in_trace)
     eos = _eos_ids(prepared.config)
@@ -274,19 +277,18 @@ def _collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]
 
     logits: tuple[torch.Tensor, ...] = out.logits
     scores: tuple[torch.Tensor, ...] = out.scores
-    beam_indices = getattr(out, "beam_indices", None)
     n_steps = len(logits)
     if n_steps == 0:
         return []
-    seq = out.sequences[:, out.sequences.shape[1] - n_steps :]
+    seq, beam_rows = _step_layout(out, n_steps)
     vocab = logits[0].shape[-1]
     k = min(top_k, vocab)
     chunk = max(1, _CHUNK_ELEMENTS // max(1, batch_size * vocab))
     parts: dict[str, list[torch.Tensor]] = {key: [] for key in _FIELDS}
     for first in range(0, n_steps, chunk):
         span = range(first, min(n_steps, first + chunk))
-        if beam_indices is not None:
-            rows = [beam_indices[:, t].clamp(min=0) for t in span]
+        if beam_rows is not None:
+            rows = [beam_rows[:, t] for t in span]
             raw_logits = torch.stack([logits[t][r] for t, r in zip(span, rows, strict=True)])
             processed = torch.stack([scores[t][r] for t, r in zip(span, rows, strict=True)]).float()
         else:
@@ -306,6 +308,40 @@ def _collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]
     for s in steps:
         s["top_ids_flat"] = [i for row in s["top_ids"] for i in row]
     return steps
+
+
+def _step_layout(out: Any, n_steps: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each returned path's token at step t ([batch, n_steps]) and, for beam search, the row of ``scores[t]`` and
+    ``logits[t]`` (``batch * num_beams`` rows) its step t came from.
+
+    Without beams, ``sequences`` holds prompt + one column per step. With beams, ``generate()`` ran `n_steps` steps
+    but returns each prompt's best finished hypothesis: ``beam_indices`` has one column per step of the *longest*
+    returned hypothesis (``-1`` after a shorter one ended) and ``sequences`` ends with as many columns, fewer than
+    `n_steps` whenever every returned hypothesis finished before the beams still running did. Columns past a path's
+    end are filled with 0 (token and row): they are computed but never read (`_path_lengths` cuts each path).
+    """
+    import torch
+
+    beam_indices = getattr(out, "beam_indices", None)
+    if beam_indices is None:
+        return out.sequences[:, out.sequences.shape[1] - n_steps :], None
+    width = min(beam_indices.shape[1], n_steps)
+    seq = out.sequences[:, out.sequences.shape[1] - width :]
+    rows = beam_indices[:, :width].long().clamp(min=0)
+    if width < n_steps:
+        pad = torch.zeros((seq.shape[0], n_steps - width), dtype=torch.long, device=seq.device)
+        seq = torch.cat([seq, pad.to(seq.dtype)], dim=1)
+        rows = torch.cat([rows, pad.to(rows.device)], dim=1)
+    return seq, rows
+
+
+def _path_lengths(out: Any) -> list[int] | None:
+    """For beam search, how many steps each returned hypothesis has (its ``beam_indices`` entries that are not -1);
+    None otherwise (every path then runs until EOS, a stopping criterion or max_new_tokens)."""
+    beam_indices = getattr(out, "beam_indices", None)
+    if beam_indices is None:
+        return None
+    return [int(n) for n in (beam_indices >= 0).sum(dim=1).tolist()]
 
 
 def _prompt_trace(
