@@ -388,9 +388,10 @@ def _finetune(
 
 
 def _device(device: torch.device | str | None) -> torch.device:
-    import torch
+    """The device to put the trained model on (training always runs on the CPU), checked before training starts."""
+    from pytest_genguard.inputs import torch_device
 
-    return torch.device("cpu") if device is None else torch.device(device)
+    return torch_device(device, "finetune()")
 
 
 def finetune(

@@ -9,10 +9,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard import inputs as checks
 from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step, float32
 
 if TYPE_CHECKING:
@@ -89,6 +91,7 @@ def _prepare(
             "record(): num_return_sequences must be 1 (one recorded path per prompt); record each sequence "
             "with its own seed instead."
         )
+    checks.check_generation_config(config)
     settings = _settings(config)
     settings["max_new_tokens"] = max_new_tokens
     settings["mode"] = _mode(config)
@@ -197,20 +200,20 @@ def record(
     from pytest_genguard.environment import environment
     from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
 
-    prompt_list = [prompts] if isinstance(prompts, str) else list(prompts)
-    if not prompt_list:
-        raise ValueError("record(): prompts is empty; pass one prompt or a list of prompts.")
-    if top_k < 1:
-        raise ValueError(f"record(): top_k must be >= 1, got {top_k}.")
-    if max_new_tokens < 1:
-        raise ValueError(f"record(): max_new_tokens must be >= 1, got {max_new_tokens}.")
+    prompt_list, max_new_tokens, top_k, seed = _checked_arguments(model, prompts, max_new_tokens, top_k, seed)
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prepared = _prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
     device = next(model.parameters()).device
     if "stop_strings" in generate_kwargs or getattr(prepared.config, "stop_strings", None):
         prepared.model_kwargs.setdefault("tokenizer", tokenizer)
     with _recording_state(model, tokenizer, "right" if encoder_decoder else "left"):
-        batch = tokenizer(prompt_list, return_tensors="pt", padding=True)
+        batch = _encode(tokenizer, prompt_list, prepared.config.pad_token_id, left=not encoder_decoder)
+        mask = batch["attention_mask"].tolist()
+        all_prompt_ids = [
+            tuple(int(i) for i, m in zip(row, mask[b], strict=False) if m)
+            for b, row in enumerate(batch["input_ids"].tolist())
+        ]
+        checks.check_prompt_tokens(model, prompt_list, all_prompt_ids, max_new_tokens)
         inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
         with seeded(seed, device):
             out = model.generate(
@@ -233,13 +236,10 @@ def record(
         getattr(prepared.config, "stop_strings", None) or prepared.model_kwargs.get("stopping_criteria")
     )
     pad_id = prepared.config.pad_token_id if can_stop_early and isinstance(prepared.config.pad_token_id, int) else None
-    prompt_traces = []
-    mask = batch["attention_mask"].tolist()
-    for b, prompt in enumerate(prompt_list):
-        prompt_ids = tuple(int(i) for i, m in zip(batch["input_ids"][b].tolist(), mask[b], strict=False) if m)
-        prompt_traces.append(
-            _prompt_trace(prompt, prompt_ids, generated[b], steps, b, texts, eos, max_new_tokens, tokenizer, pad_id)
-        )
+    prompt_traces = [
+        _prompt_trace(prompt, all_prompt_ids[b], generated[b], steps, b, texts, eos, max_new_tokens, tokenizer, pad_id)
+        for b, prompt in enumerate(prompt_list)
+    ]
     settings = dict(prepared.settings)
     settings["record_top_k"] = top_k
     settings["seed"] = seed
@@ -252,6 +252,41 @@ def record(
     )
     _report_fragile_steps(trace)
     return trace
+
+
+def _checked_arguments(
+    model: PreTrainedModel, prompts: Any, max_new_tokens: Any, top_k: Any, seed: Any
+) -> tuple[list[str], int, int, int | None]:
+    """record()'s own arguments, checked before anything reaches transformers (see `pytest_genguard.inputs`)."""
+    prompt_list = checks.prompt_list(prompts)
+    max_new = checks.integer(max_new_tokens, "max_new_tokens", minimum=1)
+    k = checks.integer(top_k, "top_k", minimum=1)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(f"record(): seed must be an integer or None, got {seed!r}.")
+    checks.check_model(model)
+    return prompt_list, max_new, k, None if seed is None else int(seed)
+
+
+def _encode(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], pad_id: Any, *, left: bool
+) -> dict[str, torch.Tensor]:
+    """The padded batch. A tokenizer without a pad token (GPT-2's own) cannot pad, so the batch is padded here with
+    the id `generate()` pads with: padding is masked, so which id fills it does not change what is generated."""
+    import torch
+
+    if tokenizer.pad_token_id is not None or len(prompts) == 1:
+        batch = tokenizer(prompts, return_tensors="pt", padding=True)
+        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if not isinstance(pad_id, int):
+        raise ValueError(
+            "record(): the tokenizer has neither a pad token nor an EOS token, so a batch of prompts cannot be padded; "
+            "set one (tokenizer.pad_token = ...) or record the prompts one at a time."
+        )
+    rows = [list(ids) for ids in tokenizer(prompts)["input_ids"]]
+    width = max(len(r) for r in rows)
+    ids = [[pad_id] * (width - len(r)) + r if left else r + [pad_id] * (width - len(r)) for r in rows]
+    mask = [[0] * (width - len(r)) + [1] * len(r) if left else [1] * len(r) + [0] * (width - len(r)) for r in rows]
+    return {"input_ids": torch.tensor(ids, dtype=torch.long), "attention_mask": torch.tensor(mask, dtype=torch.long)}
 
 
 def _report_fragile_steps(trace: GenerationTrace) -> None:
