@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -95,10 +96,29 @@ def _prepare(
     settings = _settings(config)
     settings["max_new_tokens"] = max_new_tokens
     settings["mode"] = _mode(config)
+    custom = processor_names(model_kwargs.get("logits_processor"))
+    if custom is not None:  # stored only when given: traces without custom processors read as before
+        settings["logits_processor"] = custom
     # EOS ids let assert_well_formed() check a stored trace's endings; several ids are kept as "2,7" (a scalar).
     eos_ids = sorted(_eos_ids(config))
     settings["eos_token_id"] = eos_ids[0] if len(eos_ids) == 1 else (",".join(map(str, eos_ids)) or None)
     return _Prepared(config=config, model_kwargs=dict(model_kwargs), settings=settings)
+
+
+def processor_names(processors: Any) -> str | None:
+    """The class names of custom logits processors (a `logits_processor=` argument), in the order they run, as one
+    scalar ``"BanToken,Boost"``; None when there are none.
+
+    A trace stores it as ``settings["logits_processor"]``: it tells readers (`assert_well_formed`) that the chosen
+    tokens follow processed scores no recorded setting explains, makes a changed list of processors a settings change
+    (the snapshot is stale), and lets `verify()` ask for the same processors. Only names are stored: a processor's
+    parameters are the test's business, and a class renamed is a changed test.
+    """
+    if processors is None:
+        return None
+    items = list(processors) if isinstance(processors, (list, tuple)) else [processors]
+    names = [p.__name__ if inspect.isroutine(p) else type(p).__name__ for p in items]
+    return ",".join(names) if names else None
 
 
 # Values that leave decoding as it is, and settings that act in one mode only: stored as None, so a trace reads the
