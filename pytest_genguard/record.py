@@ -269,9 +269,17 @@ def record(
         model=model_fingerprint(model),
         tokenizer=tokenizer_fingerprint(tokenizer),
         environment=environment(model, device),
+        token_texts=alternative_texts(prompt_traces, texts),
     )
     _report_fragile_steps(trace)
     return trace
+
+
+def alternative_texts(prompts: Sequence[PromptTrace], texts: dict[int, str]) -> dict[int, str]:
+    """The texts of the top-k ids no step chose, so a reader of the trace can name every alternative."""
+    chosen = {s.token_id for p in prompts for s in p.steps}
+    shown = {i for p in prompts for s in p.steps for i in s.top_ids} - chosen
+    return {i: texts[i] for i in sorted(shown) if i in texts}
 
 
 def _checked_arguments(

@@ -284,7 +284,7 @@ def teacher_force_with_preferences(
 
     from pytest_genguard.environment import environment
     from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
-    from pytest_genguard.record import _token_texts
+    from pytest_genguard.record import _token_texts, alternative_texts
 
     if not trace.prompts:
         raise ValueError("verify(): the trace has no prompts; nothing to verify.")
@@ -325,7 +325,8 @@ def teacher_force_with_preferences(
             "top_ids": top_ids.cpu().tolist(),
         }
     new_ids = [values["argmax"][b][t] for b, p in enumerate(trace.prompts) for t in range(len(p.steps))]
-    texts = _token_texts(tokenizer, new_ids)
+    top = [i for b, p in enumerate(trace.prompts) for t in range(len(p.steps)) for i in values["top_ids"][b][t]]
+    texts = _token_texts(tokenizer, new_ids + top)
     prompt_ids = tokenizer([p.prompt for p in trace.prompts])["input_ids"]
     prompts = []
     preferences = []
@@ -341,6 +342,7 @@ def teacher_force_with_preferences(
         model=model_fingerprint(model),
         tokenizer=tokenizer_fingerprint(tokenizer),
         environment=environment(model, device),
+        token_texts=alternative_texts(prompts, texts),
     )
     return actual, tuple(preferences)
 
