@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel
 
 __all__ = [
+    "check_generate_kwargs",
     "check_generation_config",
     "check_model",
     "check_prompt_tokens",
@@ -63,6 +64,34 @@ def prompt_list(prompts: Any) -> list[str]:
                 "as text (record() tokenizes them with the tokenizer it is given)."
             )
     return items
+
+
+def check_generate_kwargs(kwargs: Mapping[str, Any]) -> None:
+    """Keyword arguments record() hands to generate() whose wrong shape fails deep inside it (``object of type 'Ban'
+    has no len()`` for a single processor, ``'dict' object has no attribute 'max_new_tokens'``)."""
+    from transformers import GenerationConfig
+
+    config = kwargs.get("generation_config")
+    if config is not None and not isinstance(config, GenerationConfig):
+        raise ValueError(
+            f"record(): generation_config must be a transformers GenerationConfig, got {type(config).__name__} "
+            f"{_short(config)}; pass GenerationConfig(...), or the settings themselves as keyword arguments."
+        )
+    for name, kind in (("logits_processor", "LogitsProcessorList"), ("stopping_criteria", "StoppingCriteriaList")):
+        value = kwargs.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(
+                f"record(): {name} must be a list ({kind}([...])), got {type(value).__name__} {_short(value)}; "
+                f"wrap it: {name}={kind}([...])."
+            )
+        for index, item in enumerate(value):
+            if not callable(item):
+                raise ValueError(
+                    f"record(): {name}[{index}] is {type(item).__name__} {_short(item)}, which cannot be called; "
+                    f"pass {kind.removesuffix('List')} objects."
+                )
 
 
 def _short(value: Any) -> str:

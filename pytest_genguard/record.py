@@ -221,6 +221,7 @@ def record(
     from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
 
     prompt_list, max_new_tokens, top_k, seed = _checked_arguments(model, prompts, max_new_tokens, top_k, seed)
+    checks.check_generate_kwargs(generate_kwargs)
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prepared = _prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
     device = next(model.parameters()).device

@@ -116,6 +116,15 @@ BAD_ARGUMENTS = [
         "record(): temperature must be a finite number > 0 when sampling, got inf.",
     ),
     ({"num_beams": 2, "length_penalty": "x"}, "record(): length_penalty must be a number, got 'x'."),
+    (
+        {"generation_config": {"do_sample": True}},
+        "record(): generation_config must be a transformers GenerationConfig, got dict {'do_sample': True}; pass "
+        "GenerationConfig(...), or the settings themselves as keyword arguments.",
+    ),
+    (
+        {"logits_processor": [1]},
+        "record(): logits_processor[0] is int 1, which cannot be called; pass LogitsProcessor objects.",
+    ),
     ({"prompts": None}, "record(): prompts must be a string or a list of strings, got NoneType None."),
     ({"prompts": b"the"}, "record(): prompts must be a string or a list of strings, got bytes b'the'."),
     ({"prompts": []}, "record(): prompts is empty; pass one prompt or a list of prompts."),
@@ -138,6 +147,21 @@ def test_a_bad_argument_is_named_with_its_value_and_limit(
     with pytest.raises(ValueError) as info:
         record(models["gpt2"], tokenizer, prompts, **args)
     assert first_line(info) == message
+
+
+def test_a_single_processor_or_criterion_not_in_a_list_is_refused(models: dict[str, Any], tokenizer: Any) -> None:
+    # Before: "object of type 'Halve' has no len()" from inside generate().
+    class Halve(transformers.LogitsProcessor):
+        def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+            return scores / 2  # type: ignore[return-value]
+
+    with pytest.raises(
+        ValueError,
+        match=r"^record\(\): logits_processor must be a list \(LogitsProcessorList\(\[\.\.\.\]\)\), got Halve ",
+    ):
+        record(models["gpt2"], tokenizer, "the", max_new_tokens=2, logits_processor=Halve())
+    with pytest.raises(ValueError, match=r"^record\(\): stopping_criteria must be a list \(StoppingCriteriaList"):
+        record(models["gpt2"], tokenizer, "the", max_new_tokens=2, stopping_criteria=lambda *a, **k: False)
 
 
 def test_settings_that_act_only_when_sampling_are_not_checked_in_greedy_decoding(
@@ -210,6 +234,24 @@ def test_finetune_refuses_a_device_it_cannot_use_before_training(tmp_path: Path,
         finetune("gpt2", steps=2, cache_dir=tmp_path, progress=False, device=device)
     assert first_line(info).startswith(message)
     assert list(tmp_path.iterdir()) == []  # refused before anything was trained or cached
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"seed": 2.5}, "finetune(seed=2.5): must be an integer."),  # was trained (and cached) as seed 2
+        ({"seed": True}, "finetune(seed=True): must be an integer."),
+        ({"learning_rate": float("inf")}, "finetune(learning_rate=inf): must be a finite number > 0."),
+        ({"learning_rate": "1e-3"}, "finetune(learning_rate='1e-3'): must be a finite number > 0."),
+    ],
+)
+def test_finetune_refuses_a_seed_or_learning_rate_it_would_have_bent(
+    tmp_path: Path, kwargs: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError) as info:
+        finetune("gpt2", steps=2, cache_dir=tmp_path, progress=False, **kwargs)
+    assert first_line(info) == message
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_cuda_device_index_beyond_the_devices_is_named() -> None:
