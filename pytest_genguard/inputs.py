@@ -148,10 +148,9 @@ def check_generation_config(config: GenerationConfig) -> None:
 
 def check_model(model: PreTrainedModel) -> None:
     """A model whose weights are on the meta device has no numbers to generate with."""
-    params = list(model.parameters())
-    if not params:
+    if next(model.parameters(), None) is None:
         raise ValueError(f"record(): the model ({type(model).__name__}) has no parameters; pass a loaded model.")
-    if any(p.device.type == "meta" for p in params):
+    if any(p.is_meta for p in model.parameters()):
         raise ValueError(
             f"record(): the model ({type(model).__name__}) has weights on the meta device (shapes without data); "
             "load real weights first (from_pretrained(...), or to_empty(device=...) and load_state_dict(...))."
