@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata, resources
+from math import inf
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -130,8 +131,10 @@ def _spec(
         raise ValueError(f"finetune(steps={steps!r}): must be a positive number of optimizer steps.")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"finetune(batch_size={batch_size!r}): must be a positive integer.")
-    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not learning_rate > 0:
-        raise ValueError(f"finetune(learning_rate={learning_rate!r}): must be > 0.")
+    if isinstance(seed, bool) or not isinstance(seed, int):  # int(2.5) would train (and cache) seed 2 silently
+        raise ValueError(f"finetune(seed={seed!r}): must be an integer.")
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not 0 < learning_rate < inf:
+        raise ValueError(f"finetune(learning_rate={learning_rate!r}): must be a finite number > 0.")
     texts = _strings(corpus, "corpus") if corpus is not None else tuple(finetune_texts())
     probes = _strings(prompts, "prompts") if prompts is not None else tuple(probe_prompts())
     return _Spec(arch, steps, int(seed), texts, probes, float(learning_rate), batch_size)
@@ -568,9 +571,10 @@ def _load_pin(spec: _Spec, folder: Path, manifest: dict[str, Any], recipe: str, 
 
 
 def _device(device: torch.device | str | None) -> torch.device:
-    import torch
+    """The device to put the trained model on (training always runs on the CPU), checked before training starts."""
+    from pytest_genguard.inputs import torch_device
 
-    return torch.device("cpu") if device is None else torch.device(device)
+    return torch_device(device, "finetune()")
 
 
 def finetune(

@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
+import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard import inputs as checks
 from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step, float32
 
 if TYPE_CHECKING:
@@ -89,13 +92,33 @@ def _prepare(
             "record(): num_return_sequences must be 1 (one recorded path per prompt); record each sequence "
             "with its own seed instead."
         )
+    checks.check_generation_config(config)
     settings = _settings(config)
     settings["max_new_tokens"] = max_new_tokens
     settings["mode"] = _mode(config)
+    custom = processor_names(model_kwargs.get("logits_processor"))
+    if custom is not None:  # stored only when given: traces without custom processors read as before
+        settings["logits_processor"] = custom
     # EOS ids let assert_well_formed() check a stored trace's endings; several ids are kept as "2,7" (a scalar).
     eos_ids = sorted(_eos_ids(config))
     settings["eos_token_id"] = eos_ids[0] if len(eos_ids) == 1 else (",".join(map(str, eos_ids)) or None)
     return _Prepared(config=config, model_kwargs=dict(model_kwargs), settings=settings)
+
+
+def processor_names(processors: Any) -> str | None:
+    """The class names of custom logits processors (a `logits_processor=` argument), in the order they run, as one
+    scalar ``"BanToken,Boost"``; None when there are none.
+
+    A trace stores it as ``settings["logits_processor"]``: it tells readers (`assert_well_formed`) that the chosen
+    tokens follow processed scores no recorded setting explains, makes a changed list of processors a settings change
+    (the snapshot is stale), and lets `verify()` ask for the same processors. Only names are stored: a processor's
+    parameters are the test's business, and a class renamed is a changed test.
+    """
+    if processors is None:
+        return None
+    items = list(processors) if isinstance(processors, (list, tuple)) else [processors]
+    names = [p.__name__ if inspect.isroutine(p) else type(p).__name__ for p in items]
+    return ",".join(names) if names else None
 
 
 # Values that leave decoding as it is, and settings that act in one mode only: stored as None, so a trace reads the
@@ -197,20 +220,21 @@ def record(
     from pytest_genguard.environment import environment
     from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
 
-    prompt_list = [prompts] if isinstance(prompts, str) else list(prompts)
-    if not prompt_list:
-        raise ValueError("record(): prompts is empty; pass one prompt or a list of prompts.")
-    if top_k < 1:
-        raise ValueError(f"record(): top_k must be >= 1, got {top_k}.")
-    if max_new_tokens < 1:
-        raise ValueError(f"record(): max_new_tokens must be >= 1, got {max_new_tokens}.")
+    prompt_list, max_new_tokens, top_k, seed = _checked_arguments(model, prompts, max_new_tokens, top_k, seed)
+    checks.check_generate_kwargs(generate_kwargs)
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prepared = _prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
     device = next(model.parameters()).device
     if "stop_strings" in generate_kwargs or getattr(prepared.config, "stop_strings", None):
         prepared.model_kwargs.setdefault("tokenizer", tokenizer)
     with _recording_state(model, tokenizer, "right" if encoder_decoder else "left"):
-        batch = tokenizer(prompt_list, return_tensors="pt", padding=True)
+        batch = _encode(tokenizer, prompt_list, prepared.config.pad_token_id, left=not encoder_decoder)
+        mask = batch["attention_mask"].tolist()
+        all_prompt_ids = [
+            tuple(int(i) for i, m in zip(row, mask[b], strict=False) if m)
+            for b, row in enumerate(batch["input_ids"].tolist())
+        ]
+        checks.check_prompt_tokens(model, prompt_list, all_prompt_ids, max_new_tokens)
         inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
         with seeded(seed, device):
             out = model.generate(
@@ -221,6 +245,9 @@ def record(
         steps = _collect_steps(out, len(prompt_list), top_k)
     start = 1 if encoder_decoder else inputs["input_ids"].shape[1]
     generated = out.sequences[:, start:].tolist()
+    lengths = _path_lengths(out)
+    if lengths is not None:  # beam search: a hypothesis that ended early is followed by padding
+        generated = [row[:n] for row, n in zip(generated, lengths, strict=True)]
     ids_in_trace = [i for row in generated for i in row] + [i for s in steps for i in s["top_ids_flat"]]
     texts = _token_texts(tokenizer, ids_in_trace)
     eos = _eos_ids(prepared.config)
@@ -230,13 +257,10 @@ def record(
         getattr(prepared.config, "stop_strings", None) or prepared.model_kwargs.get("stopping_criteria")
     )
     pad_id = prepared.config.pad_token_id if can_stop_early and isinstance(prepared.config.pad_token_id, int) else None
-    prompt_traces = []
-    mask = batch["attention_mask"].tolist()
-    for b, prompt in enumerate(prompt_list):
-        prompt_ids = tuple(int(i) for i, m in zip(batch["input_ids"][b].tolist(), mask[b], strict=False) if m)
-        prompt_traces.append(
-            _prompt_trace(prompt, prompt_ids, generated[b], steps, b, texts, eos, max_new_tokens, tokenizer, pad_id)
-        )
+    prompt_traces = [
+        _prompt_trace(prompt, all_prompt_ids[b], generated[b], steps, b, texts, eos, max_new_tokens, tokenizer, pad_id)
+        for b, prompt in enumerate(prompt_list)
+    ]
     settings = dict(prepared.settings)
     settings["record_top_k"] = top_k
     settings["seed"] = seed
@@ -246,9 +270,52 @@ def record(
         model=model_fingerprint(model),
         tokenizer=tokenizer_fingerprint(tokenizer),
         environment=environment(model, device),
+        token_texts=alternative_texts(prompt_traces, texts),
     )
     _report_fragile_steps(trace)
     return trace
+
+
+def alternative_texts(prompts: Sequence[PromptTrace], texts: dict[int, str]) -> dict[int, str]:
+    """The texts of the top-k ids no step chose, so a reader of the trace can name every alternative."""
+    chosen = {s.token_id for p in prompts for s in p.steps}
+    shown = {i for p in prompts for s in p.steps for i in s.top_ids} - chosen
+    return {i: texts[i] for i in sorted(shown) if i in texts}
+
+
+def _checked_arguments(
+    model: PreTrainedModel, prompts: Any, max_new_tokens: Any, top_k: Any, seed: Any
+) -> tuple[list[str], int, int, int | None]:
+    """record()'s own arguments, checked before anything reaches transformers (see `pytest_genguard.inputs`)."""
+    prompt_list = checks.prompt_list(prompts)
+    max_new = checks.integer(max_new_tokens, "max_new_tokens", minimum=1)
+    k = checks.integer(top_k, "top_k", minimum=1)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+        raise ValueError(f"record(): seed must be an integer or None, got {seed!r}.")
+    checks.check_model(model)
+    return prompt_list, max_new, k, None if seed is None else int(seed)
+
+
+def _encode(
+    tokenizer: PreTrainedTokenizerBase, prompts: list[str], pad_id: Any, *, left: bool
+) -> dict[str, torch.Tensor]:
+    """The padded batch. A tokenizer without a pad token (GPT-2's own) cannot pad, so the batch is padded here with
+    the id `generate()` pads with: padding is masked, so which id fills it does not change what is generated."""
+    import torch
+
+    if tokenizer.pad_token_id is not None or len(prompts) == 1:
+        batch = tokenizer(prompts, return_tensors="pt", padding=True)
+        return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    if not isinstance(pad_id, int):
+        raise ValueError(
+            "record(): the tokenizer has neither a pad token nor an EOS token, so a batch of prompts cannot be padded; "
+            "set one (tokenizer.pad_token = ...) or record the prompts one at a time."
+        )
+    rows = [list(ids) for ids in tokenizer(prompts)["input_ids"]]
+    width = max(len(r) for r in rows)
+    ids = [[pad_id] * (width - len(r)) + r if left else r + [pad_id] * (width - len(r)) for r in rows]
+    mask = [[0] * (width - len(r)) + [1] * len(r) if left else [1] * len(r) + [0] * (width - len(r)) for r in rows]
+    return {"input_ids": torch.tensor(ids, dtype=torch.long), "attention_mask": torch.tensor(mask, dtype=torch.long)}
 
 
 def _report_fragile_steps(trace: GenerationTrace) -> None:
@@ -274,19 +341,18 @@ def _collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]
 
     logits: tuple[torch.Tensor, ...] = out.logits
     scores: tuple[torch.Tensor, ...] = out.scores
-    beam_indices = getattr(out, "beam_indices", None)
     n_steps = len(logits)
     if n_steps == 0:
         return []
-    seq = out.sequences[:, out.sequences.shape[1] - n_steps :]
+    seq, beam_rows = _step_layout(out, n_steps)
     vocab = logits[0].shape[-1]
     k = min(top_k, vocab)
     chunk = max(1, _CHUNK_ELEMENTS // max(1, batch_size * vocab))
     parts: dict[str, list[torch.Tensor]] = {key: [] for key in _FIELDS}
     for first in range(0, n_steps, chunk):
         span = range(first, min(n_steps, first + chunk))
-        if beam_indices is not None:
-            rows = [beam_indices[:, t].clamp(min=0) for t in span]
+        if beam_rows is not None:
+            rows = [beam_rows[:, t] for t in span]
             raw_logits = torch.stack([logits[t][r] for t, r in zip(span, rows, strict=True)])
             processed = torch.stack([scores[t][r] for t, r in zip(span, rows, strict=True)]).float()
         else:
@@ -306,6 +372,40 @@ def _collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]
     for s in steps:
         s["top_ids_flat"] = [i for row in s["top_ids"] for i in row]
     return steps
+
+
+def _step_layout(out: Any, n_steps: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each returned path's token at step t ([batch, n_steps]) and, for beam search, the row of ``scores[t]`` and
+    ``logits[t]`` (``batch * num_beams`` rows) its step t came from.
+
+    Without beams, ``sequences`` holds prompt + one column per step. With beams, ``generate()`` ran `n_steps` steps
+    but returns each prompt's best finished hypothesis: ``beam_indices`` has one column per step of the *longest*
+    returned hypothesis (``-1`` after a shorter one ended) and ``sequences`` ends with as many columns, fewer than
+    `n_steps` whenever every returned hypothesis finished before the beams still running did. Columns past a path's
+    end are filled with 0 (token and row): they are computed but never read (`_path_lengths` cuts each path).
+    """
+    import torch
+
+    beam_indices = getattr(out, "beam_indices", None)
+    if beam_indices is None:
+        return out.sequences[:, out.sequences.shape[1] - n_steps :], None
+    width = min(beam_indices.shape[1], n_steps)
+    seq = out.sequences[:, out.sequences.shape[1] - width :]
+    rows = beam_indices[:, :width].long().clamp(min=0)
+    if width < n_steps:
+        pad = torch.zeros((seq.shape[0], n_steps - width), dtype=torch.long, device=seq.device)
+        seq = torch.cat([seq, pad.to(seq.dtype)], dim=1)
+        rows = torch.cat([rows, pad.to(rows.device)], dim=1)
+    return seq, rows
+
+
+def _path_lengths(out: Any) -> list[int] | None:
+    """For beam search, how many steps each returned hypothesis has (its ``beam_indices`` entries that are not -1);
+    None otherwise (every path then runs until EOS, a stopping criterion or max_new_tokens)."""
+    beam_indices = getattr(out, "beam_indices", None)
+    if beam_indices is None:
+        return None
+    return [int(n) for n in (beam_indices >= 0).sum(dim=1).tolist()]
 
 
 def _prompt_trace(

@@ -233,7 +233,8 @@ def _expectations(trace: GenerationTrace, eos_token_id: int | Sequence[int] | No
     settings = dict(trace.settings)
     penalty = settings.get("repetition_penalty")
     ngram = settings.get("no_repeat_ngram_size")
-    ranking = (penalty not in (None, 1, 1.0)) or (ngram not in (None, 0))
+    custom = settings.get("logits_processor")  # record(logits_processor=...): class names of the user's processors
+    ranking = (penalty not in (None, 1, 1.0)) or (ngram not in (None, 0)) or bool(custom)
     mode = settings.get("mode")
     return _Expect(
         eos=_eos_from(eos_token_id, settings),
@@ -359,9 +360,10 @@ def assert_well_formed(
     own top-k entry and, outside the top-k, not above the k-th; processed scores finite. Greedy (settings "mode"):
     the chosen score equals the step's best processed score (skipped for hand-made steps without `best_score`);
     and, where no processor changes the ranking (no repetition_penalty, no no_repeat_ngram_size, past the
-    min_new_tokens steps), the chosen token is the raw argmax (an exact tie is accepted). Pass
-    `check_raw_argmax=False` when processors the trace's settings do not record re-rank tokens (a custom
-    `logits_processor`, `bad_words_ids`, `suppress_tokens`, `sequence_bias`, `forced_eos_token_id`). Per prompt:
+    min_new_tokens steps), the chosen token is the raw argmax (an exact tie is accepted). Custom processors given to
+    `record(logits_processor=...)` are recorded (settings "logits_processor", their class names): the chosen token is
+    then held to the processed scores only. Pass `check_raw_argmax=False` when processors the trace's settings do not
+    record re-rank tokens (`bad_words_ids`, `suppress_tokens`, `sequence_bias`, `forced_eos_token_id`). Per prompt:
     at least one step; EOS only as the last step and finish_reason "eos" exactly when the last token is EOS; at most
     max_new_tokens steps, exactly that many for "length"; no EOS before min_new_tokens. EOS ids come from
     `eos_token_id`, else from the trace's settings ("eos_token_id", stored by `record()`); without either the EOS
@@ -381,4 +383,11 @@ def assert_well_formed(
             f"{_plural(len(problems), 'problem')} in {failing} of {_plural(len(trace.prompts), 'prompt')} (exact "
             f"checks); first: {problems[0]}"
         )
-    fail_or_pass("assert_well_formed", problems, headline)
+    advice = ""
+    if any("must choose the raw argmax" in p for p in problems):
+        advice = (
+            "A greedy path that leaves the raw argmax was re-ranked by a processor the trace's settings do not "
+            "record (bad_words_ids, suppress_tokens, sequence_bias, one in the model's generation config): pass "
+            "check_raw_argmax=False for such traces (processors given to record(logits_processor=...) are recorded)."
+        )
+    fail_or_pass("assert_well_formed", problems, headline, advice)

@@ -2,9 +2,14 @@
 
 For every failed genguard check it draws the expected and the actual token paths side by side, with the first
 divergence highlighted (class ``genguard-divergence``; the first one in the page also has that id), the top-k
-alternatives of every step as probability bars, the environment fields that differ and the verdict. A run where
-everything held gets a short "all N checks held" page. Every string is escaped; tokens that are not valid UTF-8 on
-their own (stored as lone surrogates) are shown as ``\\xNN``.
+alternatives of every step as probability bars with their logprobs written beside them, the environment fields that
+differ, the verdict and the command that re-records. Logprob drift is the most common failure and a sharp model
+draws every alternative's bar at "0%": so each value that differs from the other side's value for the same token is
+marked (class ``d`` within tolerance, ``x`` beyond it, with the other value and the difference in its title), and an
+alternative the other side's top-k lacks is marked ``n``. A run where everything held gets a short "all N checks
+held" page. Every string is escaped; tokens that are not valid UTF-8 on their own (stored as lone surrogates) are
+shown as ``\\xNN``; alternatives are named from the traces' ``token_texts`` (ids show as ``#id`` only in traces that
+do not carry it).
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ import datetime as _dt
 import html
 import math
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.compare import Comparison, Tolerances, compare, tolerances_for
-from pytest_genguard.explain import quote
+from pytest_genguard.compare import Comparison, Tolerances, Verdict, compare, same, tolerances_for
+from pytest_genguard.explain import SNAPSHOT_UPDATE, UPDATE_STALE, quote
 from pytest_genguard.files import atomic_write_text
 from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step, TraceFormatError
 
@@ -44,12 +50,16 @@ table{border-collapse:collapse;margin:4px 0 8px}td,th{border:1px solid #e1e4ea;p
 th{background:#eef0f4;text-align:left;font-size:12px}td.n{text-align:right;color:#667;font-size:12px}
 .tok{font-family:ui-monospace,Menlo,Consolas,monospace;white-space:pre;background:#eef2ff;border-radius:3px;
 padding:0 3px}
-ol.k{list-style:none;margin:0;padding:0;min-width:190px}ol.k li{position:relative;font-size:11px;height:15px;
+ol.k{list-style:none;margin:0;padding:0;min-width:260px}ol.k li{position:relative;font-size:11px;height:15px;
 font-family:ui-monospace,Menlo,Consolas,monospace;white-space:pre;overflow:hidden}
 ol.k i{position:absolute;left:0;top:1px;bottom:1px;background:#c9d7f5;z-index:0}ol.k li.c i{background:#8fb0ee}
 ol.k li.o i{background:#f2a7a7}ol.k li.o span{color:#c62828;font-weight:700}ol.k li.c span{font-weight:600}
 ol.k span{position:relative;z-index:1}ol.k em{position:relative;z-index:1;
-float:right;font-style:normal;color:#445}
+float:right;font-style:normal;color:#445;padding-left:6px}
+ol.k li.d em,.lp.d{background:#ffe9a8;color:#6b4b00}ol.k li.x em,.lp.x{background:#c62828;color:#fff;font-weight:700}
+ol.k li.n{outline:1px dashed #b26a00;outline-offset:-1px}.lp{font:11px ui-monospace,Menlo,Consolas,monospace;
+color:#445;margin-left:6px;padding:0 2px}ol.k b{position:relative;z-index:1;font-weight:400;margin-left:4px}
+.fix code{background:#1d2330;color:#fff;padding:2px 6px;border-radius:3px;user-select:all}.key{font-size:12px}
 tr.genguard-divergence td{background:#fff1f0;border-top:2px solid #c62828;border-bottom:2px solid #c62828}
 tr.genguard-divergence.tol td{background:#f3f0ff;border-color:#6a5acd}tr.after td{opacity:.45}
 body.hide-after tr.after,body.compact tr.early{display:none}tr.fold{display:none}
@@ -105,11 +115,40 @@ def _tok(token: str | None) -> str:
     )
 
 
-def _cell(step: Step | None, prompt: PromptTrace | None) -> str:
-    """The chosen token, or where that side's path ended."""
+def _cell(
+    step: Step | None, prompt: PromptTrace | None, other: Step | None = None, tol: Tolerances | None = None
+) -> str:
+    """The chosen token and its logprob (marked where the other side chose the same token at another logprob), or
+    where that side's path ended."""
     if step is not None:
-        return _tok(step.token)
+        same_token = other if other is not None and other.token_id == step.token_id else None
+        return _tok(step.token) + _logprob_mark(
+            step.logprob, None if same_token is None else same_token.logprob, tol, "span"
+        )
     return '<span class="muted">(ended: ' + (_e(prompt.finish_reason) if prompt else "no prompt") + ")</span>"
+
+
+def _difference(value: float, other: float | None, tol: Tolerances | None) -> str:
+    """ "" when `other` is absent or equal, "d" when it differs within tolerance, "x" beyond it."""
+    if other is None or same(value, other):
+        return ""
+    return "d" if tol is not None and tol.close(value, other) else "x"
+
+
+def _logprob_mark(value: float, other: float | None, tol: Tolerances | None, tag: str) -> str:
+    """`value` as a number (class ``lp``), marked and explained in its title when it differs from `other`."""
+    kind = _difference(value, other, tol)
+    title = f"logprob {_num(value, 9)}"
+    if kind and other is not None:
+        delta = value - other if math.isfinite(value) and math.isfinite(other) else math.nan
+        verdict = "within tolerance" if kind == "d" else "beyond tolerance"
+        title += f"; other side {_num(other, 9)}; difference {_signed(delta)} ({verdict})"
+    cls = f"lp {kind}".strip()
+    return f'<{tag} class="{cls}" title="{_e(title)}">{_e(_num(value, 6))}</{tag}>'
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.2g}" if math.isfinite(value) else str(value)
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -130,30 +169,53 @@ def _verdict(verdict: str) -> str:
     return f'<span class="v v-{slug}">{_e(verdict)}</span>'
 
 
-def _topk(step: Step | None, other: Step | None, texts: Mapping[int, str]) -> str:
-    """The step's top-k as bars: the chosen token darker, the other side's token (at a split) in red."""
+def _topk(
+    step: Step | None,
+    other: Step | None,
+    texts: Mapping[int, str],
+    *,
+    split: bool = False,
+    tol: Tolerances | None = None,
+) -> str:
+    """The step's top-k as bars of exp(logprob) with the logprob written beside each: the chosen token darker, the
+    other side's token (at a split) in red; with the other side's step, values that differ from its value for the
+    same token are marked (``d``/``x``) and alternatives it lacks are marked ``n``."""
     if step is None:
         return ""
+    theirs = dict(zip(other.top_ids, other.top_logprobs, strict=False)) if other is not None else {}
     items = []
     for tid, lp in zip(step.top_ids, step.top_logprobs, strict=False):
-        cls = ' class="c"' if tid == step.token_id else ""
-        if other is not None and tid == other.token_id and tid != step.token_id:
-            cls = ' class="o"'
-        p = _prob(lp)
+        classes = ["c"] if tid == step.token_id else []
+        if split and other is not None and tid == other.token_id and tid != step.token_id:
+            classes = ["o"]
+        kind = _difference(lp, theirs.get(tid), tol)
+        if kind:
+            classes.append(kind)
+        title = f"id {tid} logprob {_num(lp, 9)} ({_prob(lp):.3g}%)"
+        delta = ""
+        if kind:
+            title += f"; other side {_num(theirs[tid], 9)}; difference {_signed(lp - theirs[tid])}"
+            delta = f"<b>{_e(_signed(lp - theirs[tid]))}</b>"
+        elif other is not None and tid not in theirs:
+            classes.append("n")
+            title += "; not in the other side's top-k"
         text = texts.get(tid, f"#{tid}")
+        cls = f' class="{" ".join(classes)}"' if classes else ""
         items.append(
-            f'<li{cls} title="id {tid} logprob {_num(lp, 6)}"><i style="width:{p:.1f}%"></i>'
-            f"<span>{_e(display_token(text))}</span><em>{p:.1f}%</em></li>"
+            f'<li{cls} title="{_e(title)}"><i style="width:{_prob(lp):.1f}%"></i>'
+            f"<span>{_e(display_token(text))}</span><em>{_e(_num(lp, 6))}{delta}</em></li>"
         )
     return '<ol class="k">' + "".join(items) + "</ol>"
 
 
-def _texts(*prompts: PromptTrace | None) -> dict[int, str]:
-    """Token texts known from the chosen tokens of the paths (top-k entries carry ids only)."""
+def _texts(*traces: GenerationTrace) -> dict[int, str]:
+    """Token texts for ids: the traces' stored alternatives (`token_texts`) and their chosen tokens."""
     out: dict[int, str] = {}
-    for p in prompts:
-        for s in p.steps if p is not None else ():
-            out.setdefault(s.token_id, s.token)
+    for trace in traces:
+        out.update(trace.token_texts)
+        for p in trace.prompts:
+            for s in p.steps:
+                out.setdefault(s.token_id, s.token)
     return out
 
 
@@ -175,7 +237,8 @@ class _Page:
         e_p = comparison.expected.prompts[index] if index < len(comparison.expected.prompts) else None
         a_p = comparison.actual.prompts[index] if index < len(comparison.actual.prompts) else None
         div = next((d for d in comparison.divergences if d.prompt_index == index), None)
-        texts = _texts(e_p, a_p)
+        texts = _texts(comparison.expected, comparison.actual)
+        tol = comparison.tolerances
         e_steps = e_p.steps if e_p else ()
         a_steps = a_p.steps if a_p else ()
         rows = []
@@ -190,10 +253,12 @@ class _Page:
             elif div is not None and s < div.step - _CONTEXT:
                 attrs = ' class="early"'
             split = div is not None and s == div.step
+            # Values after a divergence are not compared (the paths differ), so they are not marked either.
+            e_other, a_other = (as_, es) if div is None or s <= div.step else (None, None)
             rows.append(
-                f"<tr{attrs}><td class=n>{s}</td><td>{_cell(es, e_p)}</td>"
-                f"<td>{_topk(es, as_ if split else None, texts)}</td><td>{_cell(as_, a_p)}</td>"
-                f"<td>{_topk(as_, es if split else None, texts)}</td></tr>"
+                f"<tr{attrs}><td class=n>{s}</td><td>{_cell(es, e_p, e_other, tol)}</td>"
+                f"<td>{_topk(es, e_other, texts, split=split, tol=tol)}</td><td>{_cell(as_, a_p, a_other, tol)}</td>"
+                f"<td>{_topk(as_, a_other, texts, split=split, tol=tol)}</td></tr>"
             )
         if div is not None and div.step > _CONTEXT:
             hidden = div.step - _CONTEXT
@@ -238,6 +303,11 @@ class _Page:
             + (f" at {_e(st.worst)}" if st.worst else "")
             + "</p>"
         )
+        parts.append(
+            '<p class="muted key">numbers are raw logprobs; <span class="lp d">amber</span>: differs from the other '
+            'side within tolerance, <span class="lp x">red</span>: beyond it (hover for both values); dashed: not in '
+            "the other side's top-k</p>"
+        )
         n = max(len(comparison.expected.prompts), len(comparison.actual.prompts))
         parts.extend(self.side_by_side(comparison, i) for i in range(n))
         return "".join(parts)
@@ -251,8 +321,8 @@ class _Page:
         meta += [(f"settings.{k}", _scalar(v)) for k, v in sorted(trace.settings.items())]
         meta += [(f"environment.{k}", _scalar(v)) for k, v in sorted(trace.environment.items())]
         parts = ["<table>" + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in meta) + "</table>"]
+        texts = _texts(trace)
         for i, p in enumerate(trace.prompts):
-            texts = _texts(p)
             rows = []
             for s, step in enumerate(p.steps):
                 fragile = step.margin < tol.tie_tol
@@ -303,6 +373,9 @@ def _failure(page: _Page, event: Mapping[str, Any], tolerances: Mapping[str, flo
     if event.get("reference"):
         parts.append(f' <span class="muted">reference {_e(event["reference"])}</span>')
     parts.append(f'</div><p class="sum">{_e(event.get("summary", ""))}</p>')
+    command = fix_command(event)
+    if command is not None:
+        parts.append(f'<p class="fix">{_e(command[0])}: <code>{_e(command[1])}</code></p>')
     if "expected" in event or "actual" in event:
         expected = _parse(event.get("expected"), f"{nodeid} (expected)")
         actual = _parse(event.get("actual"), f"{nodeid} (actual)")
@@ -325,6 +398,34 @@ def _failure(page: _Page, event: Mapping[str, Any], tolerances: Mapping[str, flo
         parts.append(f"<details><summary>full message</summary><pre>{_e(event['detail'])}</pre></details>")
     parts.append("</section>")
     return "".join(parts)
+
+
+def fix_command(event: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(what it does, the command) for a failed check: what re-records a snapshot, a baseline or a reference; for an
+    invariant, the command that re-runs the test. An event's own ``fix`` field wins."""
+    nodeid = str(event.get("nodeid") or "")
+    target = f" {shlex.quote(nodeid)}" if nodeid else ""
+    given = event.get("fix")
+    if isinstance(given, str) and given:
+        return "if the change is intended, re-record", given
+    kind = str(event.get("kind", ""))
+    verdict = str(event.get("verdict") or "")
+    if kind == "reference" and event.get("reference"):
+        folder = Path(str(event["reference"])).parent.parent
+        return "if the change is intended, re-record the reference (in the reference environment)", (
+            f"pytest --genguard-record-reference {shlex.quote(str(folder))}{target}"
+        )
+    if kind in ("snapshot", "verify"):
+        options = "--genguard-baselines per-env " if event.get("environment_class") else ""
+        if verdict == Verdict.STALE.value:
+            return "if the model, tokenizer, settings or prompts changed on purpose, re-record", (
+                f"{UPDATE_STALE.replace('pytest ', 'pytest ' + options, 1)}{target}"
+            )
+        if verdict in (Verdict.REGRESSION.value, "missing", "invalid"):
+            return "if the new behaviour is intended, re-record", (
+                f"{SNAPSHOT_UPDATE.replace('pytest ', 'pytest ' + options, 1)}{target}"
+            )
+    return ("re-run it", f"pytest{target}") if nodeid else None
 
 
 def _document(title: str, subtitle: str, body: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step, float32
@@ -113,12 +113,15 @@ def build_processors(
     *,
     prompt_length: int,
     prompt_mask: torch.Tensor | None,
+    custom: Sequence[Any] = (),
 ) -> LogitsProcessorList:
     """The logits processors `generate()` applied for `settings`, from transformers' public classes, in its order.
 
     Settings a trace records (repetition penalty, no-repeat n-gram, min new tokens, and with sampling temperature,
     top-k, top-p, min-p, typical-p) come from `settings`; processors a trace does not record (min_length, forced
-    BOS/EOS, suppressed tokens) come from the model's generation config, as they did in `record()`.
+    BOS/EOS, suppressed tokens) come from the model's generation config, as they did in `record()`. `custom`
+    processors (the user's `logits_processor=`) are merged in as `generate()` merges them: one of a built-in's class
+    takes its place, the others follow the built-ins, and the sampling warpers come last.
     """
     import torch
     from transformers import (
@@ -163,6 +166,8 @@ def build_processors(
     if getattr(gen, "begin_suppress_tokens", None) is not None:
         begin = prompt_length if prompt_length > 1 or gen.forced_bos_token_id is None else prompt_length + 1
         processors.append(SuppressTokensAtBeginLogitsProcessor(gen.begin_suppress_tokens, begin))
+    if custom:
+        processors = _merged(processors, custom)
     if settings.get("do_sample"):
         temperature = float_setting(settings.get("temperature"), _DEFAULTS["temperature"])
         if temperature != 1.0:
@@ -179,6 +184,17 @@ def build_processors(
         if typical_p < 1.0:
             processors.append(TypicalLogitsWarper(mass=typical_p, min_tokens_to_keep=1))
     return processors
+
+
+def _merged(defaults: LogitsProcessorList, custom: Sequence[Any]) -> LogitsProcessorList:
+    """transformers' rule for a user's processors (`GenerationMixin._merge_criteria_processor_list`, 4.5x and 5.x)."""
+    from transformers import LogitsProcessorList
+
+    merged = LogitsProcessorList()
+    for default in defaults:
+        merged.append(next((c for c in custom if type(c) is type(default)), default))
+    merged.extend(c for c in custom if all(c is not m for m in merged))
+    return merged
 
 
 @dataclasses.dataclass
@@ -245,21 +261,30 @@ def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: 
 
 
 def teacher_force(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    *,
+    logits_processor: Sequence[Any] = (),
 ) -> GenerationTrace:
-    """The trace `model` gives when forced along `trace`'s recorded paths (see the module docstring)."""
-    return teacher_force_with_preferences(model, tokenizer, trace)[0]
+    """The trace `model` gives when forced along `trace`'s recorded paths (see the module docstring); the user's own
+    `logits_processor` list is re-applied with the recorded settings' processors."""
+    return teacher_force_with_preferences(model, tokenizer, trace, logits_processor=logits_processor)[0]
 
 
 def teacher_force_with_preferences(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    *,
+    logits_processor: Sequence[Any] = (),
 ) -> tuple[GenerationTrace, tuple[Preference, ...]]:
     """`teacher_force`, plus the steps where a greedy path would now take another token (one per prompt at most)."""
     import torch
 
     from pytest_genguard.environment import environment
     from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
-    from pytest_genguard.record import _token_texts
+    from pytest_genguard.record import _token_texts, alternative_texts
 
     if not trace.prompts:
         raise ValueError("verify(): the trace has no prompts; nothing to verify.")
@@ -271,7 +296,12 @@ def teacher_force_with_preferences(
     with _inference(model):
         batch = _forward(model, tokenizer, trace, steps)
         processors = build_processors(
-            model, tokenizer, trace.settings, prompt_length=batch.start, prompt_mask=batch.prompt_mask
+            model,
+            tokenizer,
+            trace.settings,
+            prompt_length=batch.start,
+            prompt_mask=batch.prompt_mask,
+            custom=list(logits_processor),
         )
         logits = batch.logits
         if len(processors):
@@ -295,7 +325,8 @@ def teacher_force_with_preferences(
             "top_ids": top_ids.cpu().tolist(),
         }
     new_ids = [values["argmax"][b][t] for b, p in enumerate(trace.prompts) for t in range(len(p.steps))]
-    texts = _token_texts(tokenizer, new_ids)
+    top = [i for b, p in enumerate(trace.prompts) for t in range(len(p.steps)) for i in values["top_ids"][b][t]]
+    texts = _token_texts(tokenizer, new_ids + top)
     prompt_ids = tokenizer([p.prompt for p in trace.prompts])["input_ids"]
     prompts = []
     preferences = []
@@ -311,6 +342,7 @@ def teacher_force_with_preferences(
         model=model_fingerprint(model),
         tokenizer=tokenizer_fingerprint(tokenizer),
         environment=environment(model, device),
+        token_texts=alternative_texts(prompts, texts),
     )
     return actual, tuple(preferences)
 

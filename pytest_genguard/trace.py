@@ -11,7 +11,10 @@ JSON form (schema 1), chosen for review in a git diff:
   is written with 4 significant digits for the reviewer; NaN and infinities are written as the strings "nan", "inf",
   "-inf";
 - token strings are the token's bytes decoded as UTF-8 with ``surrogateescape``: a byte-level token that is not valid
-  UTF-8 on its own keeps its bytes as lone surrogates, written as ``\\udcXX`` escapes (see `Step.token_bytes`).
+  UTF-8 on its own keeps its bytes as lone surrogates, written as ``\\udcXX`` escapes (see `Step.token_bytes`);
+- ``"token_texts"`` (optional, last) maps the top-k ids that no step chose to their token strings, so a reader (the
+  HTML report) can name every alternative; derived from the tokenizer, never compared. Files without it load as
+  before, and readers that do not know it ignore it.
 """
 
 from __future__ import annotations
@@ -150,6 +153,14 @@ class GenerationTrace:
     tokenizer: TokenizerFingerprint | None = None
     environment: Mapping[str, JSONScalar] = field(default_factory=dict)
     schema: int = SCHEMA_VERSION
+    token_texts: Mapping[int, str] = field(default_factory=dict, compare=False)
+    """Token strings of top-k ids that no step chose (the chosen ones are in the steps); for display only."""
+
+    def token_text(self, token_id: int) -> str | None:
+        """The token string of `token_id` as far as this trace knows it (a chosen token or a stored alternative)."""
+        if token_id in self.token_texts:
+            return self.token_texts[token_id]
+        return next((s.token for p in self.prompts for s in p.steps if s.token_id == token_id), None)
 
     def __iter__(self) -> Iterator[PromptTrace]:
         return iter(self.prompts)
@@ -273,6 +284,7 @@ def dumps(trace: GenerationTrace) -> str:
     model = _model(trace.model) if trace.model else "null"
     tokenizer = _mapping(vars_of(trace.tokenizer), "  ") if trace.tokenizer else "null"
     prompts = "[\n" + ",\n".join(_prompt(p) for p in trace.prompts) + "\n  ]" if trace.prompts else "[]"
+    texts = f',\n  "token_texts": {_texts(trace.token_texts)}' if trace.token_texts else ""
     return (
         "{\n"
         f'  "schema": {SCHEMA_VERSION},\n'
@@ -280,9 +292,21 @@ def dumps(trace: GenerationTrace) -> str:
         f'  "model": {model},\n'
         f'  "tokenizer": {tokenizer},\n'
         f'  "environment": {_mapping(trace.environment, "  ")},\n'
-        f'  "prompts": {prompts}\n'
+        f'  "prompts": {prompts}{texts}\n'
         "}\n"
     )
+
+
+def _texts(texts: Mapping[int, str], width: int = 114) -> str:
+    """The id -> token table, sorted by id, several entries per line (derived data: compact beats one per line)."""
+    entries = [f'"{token_id}": {_string(text)}' for token_id, text in sorted(texts.items())]
+    lines: list[str] = []
+    for entry in entries:
+        if lines and len(lines[-1]) + len(entry) + 2 <= width:
+            lines[-1] += ", " + entry
+        else:
+            lines.append(entry)
+    return "{\n" + ",\n".join(f"    {line}" for line in lines) + "\n  }"
 
 
 def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScalar]:
@@ -450,4 +474,14 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
         model=model,
         tokenizer=tokenizer,
         environment=r.scalars(obj.get("environment", {}), "environment"),
+        token_texts=_read_texts(r, obj.get("token_texts", {})),
     )
+
+
+def _read_texts(r: _Reader, raw: Any) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for key, value in r.obj(raw, "token_texts").items():
+        if not (key.isascii() and key.isdigit() and len(key) <= 18):
+            raise r.fail(f"token_texts.{key}", "expected a token id (a decimal integer) as the key")
+        out[int(key)] = r.str_(value, f"token_texts.{key}")
+    return out

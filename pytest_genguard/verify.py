@@ -16,6 +16,9 @@ Semantics, chosen on purpose:
   compared (a token that a processor now masks gets score -inf, a regression).
 - beam-search traces (``settings["mode"] == "beam"``) cannot be teacher forced step by step (beams reorder); verify()
   falls back to re-generation with `record()` and says so with a `VerifyFallbackWarning`.
+- traces recorded with custom logits processors (``settings["logits_processor"]``, their class names) need the same
+  processors passed to verify(): a trace holds their names, not the objects, so verify() raises ValueError rather
+  than teacher force without them (which would call every re-ranked step a regression).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.compare import Comparison, Tolerances, compare
@@ -57,14 +61,27 @@ def verify(
     rtol: float | None = None,
     tie_tol: float | None = None,
     tolerances: Tolerances | None = None,
+    logits_processor: Sequence[Any] | None = None,
 ) -> VerifyComparison:
     """Re-check `trace` against `model` by teacher forcing; truthy when the model still produces it.
 
     Tolerances default to the dtype defaults of `compare()`; `atol`/`rtol`/`tie_tol` override single fields. A
     changed model or tokenizer fingerprint is reported in the comparison (``environment_diff``), not as a verdict.
+    A trace recorded with custom processors (``record(..., logits_processor=...)``, named in its settings) needs the
+    same processors here: they are re-applied on the teacher-forced logits; without them verify() raises ValueError
+    (the processed scores could not be reproduced, and every step would look regressed).
     Inside a test the result is also counted in the genguard terminal summary (a ``verify`` event).
     """
-    cmp = verify_trace(model, tokenizer, trace, atol=atol, rtol=rtol, tie_tol=tie_tol, tolerances=tolerances)
+    cmp = verify_trace(
+        model,
+        tokenizer,
+        trace,
+        atol=atol,
+        rtol=rtol,
+        tie_tol=tie_tol,
+        tolerances=tolerances,
+        logits_processor=logits_processor,
+    )
     from pytest_genguard.session import emit
 
     emit("verify", **comparison_event(cmp, name="verify"))
@@ -81,6 +98,7 @@ def verify_trace(
     tie_tol: float | None = None,
     tolerances: Tolerances | None = None,
     check_fingerprints: bool = False,
+    logits_processor: Sequence[Any] | None = None,
 ) -> VerifyComparison:
     """`verify()` without the event; `check_fingerprints=True` applies the snapshot rule (changed model: stale)."""
     if not isinstance(trace, GenerationTrace):
@@ -88,6 +106,7 @@ def verify_trace(
             f"verify(): trace must be a GenerationTrace (from record() or GenerationTrace.from_json()), "
             f"got {type(trace).__name__}"
         )
+    custom = _custom_processors(trace, logits_processor)
     regenerated = trace.settings.get("mode") == "beam"
     preferences: tuple[Preference, ...] = ()
     if regenerated:
@@ -97,9 +116,9 @@ def verify_trace(
             VerifyFallbackWarning,
             stacklevel=3,
         )
-        actual = _regenerate(model, tokenizer, trace)
+        actual = _regenerate(model, tokenizer, trace, custom)
     else:
-        actual, preferences = teacher_force_with_preferences(model, tokenizer, trace)
+        actual, preferences = teacher_force_with_preferences(model, tokenizer, trace, logits_processor=custom)
     cmp = compare(
         trace,
         actual,
@@ -177,8 +196,32 @@ def comparison_event(cmp: Comparison, *, name: str, fix: str | None = None) -> d
     return event
 
 
-def _regenerate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace) -> GenerationTrace:
+def _custom_processors(trace: GenerationTrace, given: Sequence[Any] | None) -> list[Any]:
+    """The user's processors for re-applying, checked against the class names the trace recorded."""
+    from pytest_genguard.record import processor_names
+
+    recorded = trace.settings.get("logits_processor")
+    names = processor_names(given)
+    if recorded and given is None:
+        raise ValueError(
+            f"verify(): the trace was recorded with custom logits processors ({recorded}) that verify() cannot "
+            "rebuild from the trace; pass the same processors: verify(model, tokenizer, trace, "
+            "logits_processor=[...]), or compare a fresh record(..., logits_processor=[...]) with the snapshot."
+        )
+    if names != (recorded or None):
+        raise ValueError(
+            f"verify(): logits_processor names {names or 'none'} but the trace was recorded with "
+            f"{recorded or 'no custom logits processors'}; pass the processors the trace was recorded with."
+        )
+    return list(given or [])
+
+
+def _regenerate(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace, custom: Sequence[Any] = ()
+) -> GenerationTrace:
     """Re-record `trace`'s prompts with its settings (the beam-search fallback)."""
+    from transformers import LogitsProcessorList
+
     from pytest_genguard.record import SETTING_KEYS, record
     from pytest_genguard.teacher import int_setting
 
@@ -198,5 +241,6 @@ def _regenerate(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trac
         max_new_tokens=int_setting(settings.get("max_new_tokens"), max(len(p.steps) for p in trace.prompts)),
         top_k=int_setting(settings.get("record_top_k"), 5),
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
+        **({"logits_processor": LogitsProcessorList(custom)} if custom else {}),
         **kwargs,
     )

@@ -141,8 +141,8 @@ def test_the_same_weights_give_the_same_fingerprint_and_other_weights_another(to
     ("kwargs", "message"),
     [
         ({"prompts": []}, "prompts is empty"),
-        ({"top_k": 0}, "top_k must be >= 1"),
-        ({"max_new_tokens": 0}, "max_new_tokens must be >= 1"),
+        ({"top_k": 0}, "top_k must be an integer >= 1, got 0"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be an integer >= 1, got 0"),
         ({"num_return_sequences": 2, "num_beams": 2}, "num_return_sequences must be 1"),
     ],
 )

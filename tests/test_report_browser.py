@@ -139,6 +139,9 @@ def test_failure_report_loads_in_chromium_with_its_script_run_and_no_console_err
     assert re.search(r'<body[^>]*class="compact"', loaded.dom)  # and folded the agreeing steps before them
     assert f'id="{report_html.DIVERGENCE}"' in loaded.dom
     assert "&lt;b&gt;dog&lt;/b&gt;" in loaded.dom and "<b>dog</b>" not in loaded.dom
+    # the logprobs beside the bars, the values that moved at the split marked, the command that re-records
+    assert re.search(r'<li class="o x"[^>]*>.*?<em>-3\.5<b>-3\.2</b></em>', loaded.dom)
+    assert "<code>pytest --snapshot-update tests/test_decoding.py::test_greedy_path</code>" in loaded.dom
     assert png_size(shot) == (1280, 900)
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
 

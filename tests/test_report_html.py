@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -242,6 +243,103 @@ def test_a_ten_failure_report_stays_small() -> None:
     assert size < 400_000
 
 
+def sharp_trace(drift: dict[int, float] | None = None, **kw: object) -> GenerationTrace:
+    """A sharp model's trace: alternatives far below the chosen token (every bar but one reads as 0%), with `drift`
+    added to the logprobs of the given alternative ids at step 0."""
+    drift = drift or {}
+    alts = [(t, lp + drift.get(t, 0.0)) for t, lp in ((1, -9.25), (2, -11.5), (4, -12.75))]
+    return make_trace([3, 0], alternatives={0: alts, 1: [(1, -10.0), (2, -13.0)]}, **kw)  # type: ignore[arg-type]
+
+
+def items_of(page: str) -> list[tuple[str, str]]:
+    """(class, text) of every top-k entry, in page order."""
+    return [
+        (m.group(1) or "", re.sub("<[^>]+>", " ", m.group(2)))
+        for m in re.finditer(r"<li(?: class=\"([^\"]*)\")?[^>]*>(.*?)</li>", page)
+    ]
+
+
+def test_logprobs_are_written_beside_the_bars_where_a_sharp_model_draws_them_all_at_zero() -> None:
+    page = run_report(("t.py::test_drift", failure_event(sharp_trace(), sharp_trace({2: 0.5}))))
+    texts = [text for _, text in items_of(page)]
+    assert any("-9.25" in t for t in texts) and any("-11.5" in t for t in texts) and any("-11" in t for t in texts)
+    assert re.findall(r'<i style="width:([0-9.]+)%">', page).count("0.0") >= 8  # the bars alone say nothing
+    assert '<span class="lp" title="logprob -0.0500000007">-0.05</span>' in page  # the chosen token's own logprob
+
+
+def test_a_value_that_differs_is_marked_within_and_beyond_tolerance_with_both_values() -> None:
+    # float32 tolerance: atol 1e-6 + rtol 1e-4 * |v|, about 1e-3 at -9.25: a 2e-4 drift is within it, 0.5 is not.
+    expected, actual = sharp_trace(), sharp_trace({1: 2e-4, 2: 0.5})
+    page = run_report(("t.py::test_drift", failure_event(expected, actual)))
+    entries = items_of(page)
+    within = [(c, t) for c, t in entries if "d" in c.split()]
+    beyond = [(c, t) for c, t in entries if "x" in c.split()]
+    assert len(within) == 2 and len(beyond) == 2  # each side marks its own value of the two drifted alternatives
+    assert all("-9.25" in t or "-9.2498" in t for _, t in within)
+    assert any("+0.5" in t for _, t in beyond) and any("-0.5" in t for _, t in beyond)  # the difference is shown
+    assert "other side -11.5; difference +0.5" in page  # and both values in the title
+    assert len(entries) == 2 * (4 + 3)  # the others are not marked
+    unmarked = [c for c, _ in entries if not {"d", "x"} & set(c.split())]
+    assert len(unmarked) == len(entries) - 4
+
+
+def test_an_alternative_missing_from_the_other_sides_top_k_is_marked() -> None:
+    expected = make_trace([3, 0], alternatives={0: [(1, -9.0), (2, -10.0)]})
+    actual = make_trace([3, 0], alternatives={0: [(1, -9.5), (4, -10.0)]})  # a regressed value, a new id
+    page = run_report(("t.py::test_topk", failure_event(expected, actual)))
+    assert [c for c, _ in items_of(page) if "n" in c.split()] == ["n", "n"]  # id 2 on one side, id 4 on the other
+
+
+def test_alternatives_are_named_from_the_traces_token_texts_with_byte_fragments_escaped() -> None:
+    texts = {1: " the", 2: " quick", 4: " fox", 9: "\udce2"}  # id 9: the first byte of a three-byte character
+    expected = make_trace([3, 0], alternatives={0: [(9, -9.0), (1, -10.0)]})
+    expected = dataclasses.replace(expected, token_texts=texts)
+    actual = dataclasses.replace(make_trace([3, 0], alternatives={0: [(9, -9.0), (1, -12.0)]}), token_texts=texts)
+    page = run_report(("t.py::test_names", failure_event(expected, actual)))
+    drawn = "".join(re.findall(r'<ol class="k">.*?</ol>', page))
+    assert "#9" not in drawn and "<span>\\xe2</span>" in drawn
+    bare = run_report(
+        ("t.py::test_names", failure_event(*(dataclasses.replace(t, token_texts={}) for t in (expected, actual))))
+    )
+    assert "<span>#9</span>" in bare  # an id no trace names stays an id
+
+
+def test_a_recorded_trace_carries_the_texts_of_its_alternatives() -> None:
+    from pytest_genguard.record import record
+    from pytest_genguard.tiny import tiny_model, tiny_tokenizer
+
+    trace = record(tiny_model("gpt2"), tiny_tokenizer(), ["the quick", "a"], max_new_tokens=4, top_k=5)
+    alternatives = {i for p in trace for s in p.steps for i in s.top_ids} - {s.token_id for p in trace for s in p.steps}
+    assert set(trace.token_texts) == alternatives
+    assert GenerationTrace.from_json(trace.to_json()).token_texts == trace.token_texts
+    page = run_report(("t.py::test_real", failure_event(trace, dataclasses.replace(trace, token_texts={}))))
+    assert not re.search(r"<span>#\d+</span>", page)  # every alternative is named (from the expected trace)
+
+
+@pytest.mark.parametrize(
+    ("event", "command"),
+    [
+        ({"kind": "snapshot", "verdict": "regression"}, "pytest --snapshot-update t.py::test_x"),
+        ({"kind": "snapshot", "verdict": "missing"}, "pytest --snapshot-update t.py::test_x"),
+        ({"kind": "verify", "verdict": "regression"}, "pytest --snapshot-update t.py::test_x"),
+        ({"kind": "snapshot", "verdict": "stale"}, "pytest --genguard-update-stale t.py::test_x"),
+        (
+            {"kind": "snapshot", "verdict": "regression", "environment_class": "cpu-x86"},
+            "pytest --genguard-baselines per-env --snapshot-update t.py::test_x",
+        ),
+        (
+            {"kind": "reference", "verdict": "regression", "reference": "refs/cpu/t.py__test_x.json"},
+            "pytest --genguard-record-reference refs t.py::test_x",
+        ),
+        ({"kind": "invariant", "name": "assert_no_repetition"}, "pytest t.py::test_x"),
+        ({"kind": "snapshot", "verdict": "regression", "fix": "make snapshots"}, "make snapshots"),
+    ],
+)
+def test_each_failure_shows_the_command_that_rerecords_it(event: dict[str, object], command: str) -> None:
+    page = run_report(("t.py::test_x", {"failure": True, "summary": "s", **event}))
+    assert f"<code>{command}</code>" in page
+
+
 PROJECT_CONFTEST = """
 import pathlib
 
@@ -297,6 +395,7 @@ def test_the_report_option_writes_one_file_for_the_run_with_the_failures_drawn(
     page = target.read_text(encoding="utf-8")
     assert "1 of 2 checks failed" in page
     assert "test_project.py::test_regressed" in page and "test_project.py::test_ok" not in page
+    assert "<code>pytest --snapshot-update test_project.py::test_regressed</code>" in page
     doc = parse(page)
     assert [attrs.get("id") for attrs in with_class(doc, report_html.DIVERGENCE)] == [report_html.DIVERGENCE]
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import random
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -238,3 +239,59 @@ def test_hand_edited_wrong_types_raise_naming_the_field(edit: Any, problem: str)
 def test_pathological_documents_raise_trace_format_error_not_other_errors(text: str) -> None:
     with pytest.raises(TraceFormatError, match=r"bad\.json"):
         GenerationTrace.from_json(text, source="bad.json")
+
+
+# ---------------------------------------------------------------------------------------------------- token texts
+
+
+def test_alternative_token_texts_round_trip_last_and_compact() -> None:
+    texts = {7: "\n", 12: " the", 40: "\udce2", 300: "\u2028", **{1000 + i: f" w{i}" for i in range(40)}}
+    trace = dataclasses.replace(realistic_trace(n_steps=3), token_texts=texts)
+    text = trace.to_json()
+    assert list(json.loads(text)) == [
+        "schema",
+        "settings",
+        "model",
+        "tokenizer",
+        "environment",
+        "prompts",
+        "token_texts",
+    ]
+    block = text[text.index('"token_texts"') :].splitlines()
+    assert 3 < len(block) < 12 and all(len(line) <= 120 for line in block)  # several entries a line
+    back = GenerationTrace.from_json(text)
+    assert back.token_texts == texts and back.to_json() == text
+    assert len(text.splitlines()) == text.count("\n")  # U+2028 escaped like in tokens
+
+
+def test_a_trace_without_token_texts_reads_and_writes_as_before() -> None:
+    text = REFERENCE.read_text(encoding="utf-8")
+    trace = GenerationTrace.from_json(text)
+    assert trace.token_texts == {}
+    assert '"token_texts"' not in trace.to_json() and trace.to_json() == text
+
+
+def test_token_texts_are_display_data_not_part_of_equality() -> None:
+    trace = realistic_trace(n_steps=2)
+    named = dataclasses.replace(trace, token_texts={5: " x"})
+    assert named == trace
+    assert named.token_text(5) == " x" and trace.token_text(5) is None
+    assert trace.token_text(trace.prompts[0].steps[0].token_id) == trace.prompts[0].steps[0].token
+
+
+@pytest.mark.parametrize(
+    ("texts", "problem"),
+    [
+        ({"x": " a"}, "token_texts.x: expected a token id (a decimal integer) as the key"),
+        ({"-3": " a"}, "token_texts.-3: expected a token id"),
+        ({"12": 5}, "token_texts.12: expected a string, found 5"),
+    ],
+)
+def test_hand_edited_token_texts_raise_naming_the_entry(texts: dict[str, object], problem: str) -> None:
+    doc = json.loads(realistic_trace(n_steps=1).to_json())
+    doc["token_texts"] = texts
+    with pytest.raises(TraceFormatError, match=re.escape(problem)):
+        GenerationTrace.from_json(json.dumps(doc))
+    doc["token_texts"] = [1, 2]
+    with pytest.raises(TraceFormatError, match="token_texts: expected an object, found list"):
+        GenerationTrace.from_json(json.dumps(doc))
