@@ -75,3 +75,23 @@ def test_an_unknown_attribute_raises_attribute_error() -> None:
 
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         pytest_genguard.nope  # noqa: B018
+
+
+def test_the_training_warning_resolves_for_w_error_without_importing_transformers(pytester: pytest.Pytester) -> None:
+    """`-W error::pytest_genguard.GenguardTrainingWarning` (or a filterwarnings entry) turns the recorder's alarm into a
+    failure; resolving the name must not cost a transformers import in every run."""
+    pytester.makepyfile(
+        """
+        import sys, warnings
+        import pytest_genguard
+
+        def test_alarm():
+            assert "transformers" not in sys.modules
+            warnings.warn("the model loops", pytest_genguard.GenguardTrainingWarning)
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-W", "error::pytest_genguard.GenguardTrainingWarning"
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*GenguardTrainingWarning: the model loops*"])

@@ -108,7 +108,6 @@ def _tensorboard_tags(folder: Path) -> dict[str, list[int]]:
 
 
 def _tensorboard_run(tmp: Path, attach: bool) -> tuple[Any, list[str]]:
-    pytest.importorskip("tensorboard", reason="the TensorBoard integration needs `pip install tensorboard`")
     recorder = GenerationRecorder(PROBES, eval_examples=2, every_n_steps=2, max_new_tokens=4)
     run = trainer(
         tmp,
