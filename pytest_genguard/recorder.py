@@ -170,6 +170,12 @@ def eval_rows(
                     kept = [t for t, m in zip(row, mask[i], strict=True) if m]
                 else:
                     kept = [t for t in row if t != pad_token_id]
+                if not kept:
+                    raise ValueError(
+                        f"GenerationRecorder(eval_examples={n}): evaluation example {len(rows)} has no token once "
+                        "padding is removed, so there is nothing to generate from; drop empty examples from the "
+                        "evaluation data."
+                    )
                 rows.append(kept if encoder_decoder else kept[:prompt_tokens])
                 if len(rows) == n:
                     return rows

@@ -185,3 +185,9 @@ def test_without_an_attention_mask_padding_is_removed_by_the_pad_id() -> None:
     loader = [{"input_ids": torch.tensor([[5, 6, 7, 0, 0], [0, 0, 8, 9, 1]])}]
     assert eval_rows(loader, 5, encoder_decoder=True, prompt_tokens=1, pad_token_id=0) == [[5, 6, 7], [8, 9, 1]]
     assert eval_rows(loader, 1, encoder_decoder=False, prompt_tokens=2, pad_token_id=0) == [[5, 6]]
+
+
+def test_an_example_that_is_only_padding_is_named() -> None:
+    loader = [{"input_ids": torch.tensor([[5, 6], [0, 0]]), "attention_mask": torch.tensor([[1, 1], [0, 0]])}]
+    with pytest.raises(ValueError, match=r"evaluation example 1 has no token once padding is removed"):
+        eval_rows(loader, 2, encoder_decoder=False, prompt_tokens=8, pad_token_id=0)
