@@ -191,3 +191,30 @@ def test_an_example_that_is_only_padding_is_named() -> None:
     loader = [{"input_ids": torch.tensor([[5, 6], [0, 0]]), "attention_mask": torch.tensor([[1, 1], [0, 0]])}]
     with pytest.raises(ValueError, match=r"evaluation example 1 has no token once padding is removed"):
         eval_rows(loader, 2, encoder_decoder=False, prompt_tokens=8, pad_token_id=0)
+
+
+def test_the_recording_leaves_no_evaluation_loader_registered_with_accelerate(tmp_path: Path) -> None:
+    """Reading accelerate's wrapper and stopping early would leave it as the active dataloader of the GradientState
+    that gradient accumulation consults during training; the recorder reads the plain DataLoader underneath."""
+    recorder = GenerationRecorder(eval_examples=1, max_new_tokens=2)
+    run = trainer(tmp_path / "recorded", "gpt2", callbacks=[recorder])
+    run.evaluate()
+    assert len(recorder.history) == 1
+    assert not run.accelerator.gradient_state.in_dataloader
+    naive = trainer(tmp_path / "naive", "gpt2", callbacks=[_NaiveEvalReader()])  # negative control
+    naive.evaluate()
+    assert naive.accelerator.gradient_state.in_dataloader
+
+
+def test_only_the_main_process_reads_the_evaluation_data(tmp_path: Path) -> None:
+    class Untouchable:
+        def __iter__(self) -> Iterator[Any]:
+            raise AssertionError("a non-main process read the evaluation data")
+
+    recorder = GenerationRecorder(eval_examples=2, tokenizer=tiny_tokenizer())
+    state = TrainerState()
+    state.is_world_process_zero = False
+    hooks = {"model": tiny_model("gpt2"), "eval_dataloader": Untouchable(), "metrics": {}}
+    recorder.on_evaluate(_hook_args(tmp_path), state, TrainerControl(), **hooks)
+    recorder.on_predict(_hook_args(tmp_path), state, TrainerControl(), **hooks)
+    assert recorder.history == []
