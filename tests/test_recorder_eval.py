@@ -100,10 +100,11 @@ def test_without_eval_examples_predict_records_nothing_and_evaluate_only_the_pro
 
 
 class _NaiveEvalReader(TrainerCallback):  # type: ignore[misc]
-    """Negative control: reads the first evaluation batch the obvious way, without saving the RNG state."""
+    """Negative control: reads the evaluation batches the obvious way, without saving the RNG state."""
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        next(iter(kwargs["eval_dataloader"]))
+        for _ in kwargs["eval_dataloader"]:
+            pass
 
 
 def _run(tmp: Path, callbacks: list[Any]) -> Any:
@@ -194,16 +195,27 @@ def test_an_example_that_is_only_padding_is_named() -> None:
 
 
 def test_the_recording_leaves_no_evaluation_loader_registered_with_accelerate(tmp_path: Path) -> None:
-    """Reading accelerate's wrapper and stopping early would leave it as the active dataloader of the GradientState
-    that gradient accumulation consults during training; the recorder reads the plain DataLoader underneath."""
+    """Reading accelerate's wrapper and stopping early would leave it registered as the active dataloader of the
+    (process-wide) GradientState that gradient accumulation consults; the recorder reads the plain DataLoader."""
+
+    class EarlyStop(TrainerCallback):  # type: ignore[misc]
+        def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.loader = kwargs["eval_dataloader"]
+            next(iter(self.loader))
+
     recorder = GenerationRecorder(eval_examples=1, max_new_tokens=2)
     run = trainer(tmp_path / "recorded", "gpt2", callbacks=[recorder])
+    registered = list(run.accelerator.gradient_state.dataloader_references)
     run.evaluate()
     assert len(recorder.history) == 1
-    assert not run.accelerator.gradient_state.in_dataloader
-    naive = trainer(tmp_path / "naive", "gpt2", callbacks=[_NaiveEvalReader()])  # negative control
+    assert run.accelerator.gradient_state.dataloader_references == registered
+    early = EarlyStop()
+    naive = trainer(tmp_path / "naive", "gpt2", callbacks=[early])  # negative control
     naive.evaluate()
-    assert naive.accelerator.gradient_state.in_dataloader
+    try:
+        assert naive.accelerator.gradient_state.active_dataloader is early.loader
+    finally:
+        early.loader.end()  # unregister: the GradientState outlives this test
 
 
 def test_only_the_main_process_reads_the_evaluation_data(tmp_path: Path) -> None:
