@@ -23,7 +23,7 @@ def test_importing_the_plugin_imports_no_torch_or_transformers(module: str) -> N
 
 def test_the_data_core_imports_no_torch() -> None:
     code = (
-        "import sys, pytest_genguard.trace, pytest_genguard.compare, pytest_genguard.explain;"
+        "import sys, pytest_genguard.trace, pytest_genguard.compare, pytest_genguard.explain, pytest_genguard.history;"
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -14,6 +14,7 @@ from recorder_support import IterableExamples, decoder_examples, seq2seq_example
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pytest_genguard.fingerprint import weights_hash
+from pytest_genguard.history import RecorderHistory
 from pytest_genguard.recorder import GenerationRecorder, eval_rows
 from pytest_genguard.tiny import probe_prompts, tiny_model, tiny_tokenizer
 
@@ -47,6 +48,7 @@ def test_seq2seq_evaluate_and_predict_record_the_first_examples_encoder_inputs(t
     for c in recorder.history:
         assert c.step == 0 and c.trace.model.model_type == "t5"
         assert all(1 <= len(p.steps) <= 6 for p in c.trace)
+    assert RecorderHistory.from_json(recorder.history.to_json()) == recorder.history  # "predict" is a known event
 
 
 @pytest.mark.parametrize("padding_side", ["right", "left"])
