@@ -29,6 +29,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "verify": ("benchmarks.verify_speed", "run"),
     "record": ("benchmarks.record_overhead", "run"),
     "recorder": ("benchmarks.recorder_overhead", "run"),
+    "recorder_eval": ("benchmarks.recorder_eval_overhead", "run"),
     "finetune": ("benchmarks.finetune_cache", "run"),
     "startup": ("benchmarks.startup", "run"),
     "compare": ("benchmarks.snapshot_cost", "run_compare"),

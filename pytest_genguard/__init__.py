@@ -29,6 +29,9 @@ _EXPORTS: dict[str, str] = {
     "EXACT": "compare",
     "assert_no_repetition": "repetition",
     "assert_well_formed": "repetition",
+    "Checkpoint": "history",
+    "RecorderHistory": "history",
+    "GenguardTrainingWarning": "history",
     # torch side
     "tiny_tokenizer": "tiny",
     "tiny_model": "tiny",
@@ -37,8 +40,6 @@ _EXPORTS: dict[str, str] = {
     "model_fingerprint": "fingerprint",
     "tokenizer_fingerprint": "fingerprint",
     "GenerationRecorder": "recorder",
-    "Checkpoint": "recorder",
-    "RecorderHistory": "recorder",
     "GenguardCacheWarning": "cache",
     "finetune": "finetune",
     "FineTuned": "finetune",
@@ -57,6 +58,7 @@ __all__ = [
     "GenerationRecorder",
     "GenerationTrace",
     "GenguardCacheWarning",
+    "GenguardTrainingWarning",
     "ModelFingerprint",
     "PromptTrace",
     "RecorderHistory",
@@ -120,6 +122,7 @@ if TYPE_CHECKING:
     from pytest_genguard.compare import EXACT, Comparison, Tolerances, Verdict, compare, tolerances_for
     from pytest_genguard.finetune import FineTuned, finetune
     from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
+    from pytest_genguard.history import Checkpoint, GenguardTrainingWarning, RecorderHistory
     from pytest_genguard.invariants import (
         assert_batch_invariant,
         assert_cache_invariant,
@@ -128,7 +131,7 @@ if TYPE_CHECKING:
     )
     from pytest_genguard.processors import assert_processor_contract
     from pytest_genguard.record import record
-    from pytest_genguard.recorder import Checkpoint, GenerationRecorder, RecorderHistory
+    from pytest_genguard.recorder import GenerationRecorder
     from pytest_genguard.repetition import assert_no_repetition, assert_well_formed
     from pytest_genguard.tiny import tiny_model, tiny_tokenizer
     from pytest_genguard.trace import (

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pytest
     from transformers import PreTrainedModel
 
-    from pytest_genguard.recorder import RecorderHistory
+    from pytest_genguard.history import RecorderHistory
 
 __all__ = [
     "CACHE_FORMAT",
@@ -238,7 +238,7 @@ def save_model_entry(directory: Path, model: PreTrainedModel, history: RecorderH
     written without its progress bar) and the recorder history."""
     from transformers.utils import logging as hf_logging
 
-    from pytest_genguard.recorder import history_to_json
+    from pytest_genguard.history import history_to_json
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
@@ -259,7 +259,7 @@ def load_model_entry(
     from safetensors.torch import load_file
 
     from pytest_genguard.fingerprint import model_fingerprint
-    from pytest_genguard.recorder import history_from_json
+    from pytest_genguard.history import history_from_json
 
     state = load_file(str(entry / WEIGHTS_FILE))
     missing, unexpected = skeleton.load_state_dict(state, strict=False)

@@ -72,7 +72,7 @@ def load_document(path: Path) -> Document:
     text = _read_text(path)
     try:
         if '"genguard_history"' in text[:200]:
-            from pytest_genguard.recorder import history_from_json
+            from pytest_genguard.history import history_from_json
 
             history = history_from_json(text, source=str(path))
             labelled = tuple((_checkpoint_label(i, c.step, c.event, c.loss), c.trace) for i, c in enumerate(history))

@@ -16,7 +16,15 @@ from pytest_genguard import session
 from pytest_genguard.explain import quote
 from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step
 
-__all__ = ["LOGPROB_EPSILON", "assert_no_repetition", "assert_well_formed", "fail_or_pass", "span_text"]
+__all__ = [
+    "LOGPROB_EPSILON",
+    "Repetition",
+    "assert_no_repetition",
+    "assert_well_formed",
+    "fail_or_pass",
+    "find_repetition",
+    "span_text",
+]
 
 LOGPROB_EPSILON = 1e-6
 """Slack above 0 allowed for a log-probability (float32 log-softmax rounding); every other well-formedness check is
@@ -105,6 +113,51 @@ def _check_options(max_run: int, ngram_size: int, max_ngram_repeats: int, min_di
         raise ValueError(f"assert_no_repetition: min_distinct must be between 0 and 1, got {min_distinct!r}")
 
 
+@dataclass(frozen=True)
+class Repetition:
+    """What the repetition rule found in a trace: one line per problem (prompt, steps, quoted span) and the indexes
+    of the prompts that loop. Falsy when nothing loops."""
+
+    problems: tuple[str, ...]
+    prompts: tuple[int, ...]
+    total_prompts: int
+
+    def __bool__(self) -> bool:
+        return bool(self.problems)
+
+    @property
+    def headline(self) -> str:
+        """One line: how many repetitions in how many prompts, and the first one quoted ("" when none)."""
+        if not self.problems:
+            return ""
+        return (
+            f"{_plural(len(self.problems), 'repetition')} in {len(self.prompts)} of "
+            f"{_plural(self.total_prompts, 'prompt')}; first: {self.problems[0]}"
+        )
+
+
+def find_repetition(
+    trace: GenerationTrace,
+    *,
+    max_run: int = 4,
+    ngram_size: int = 4,
+    max_ngram_repeats: int = 3,
+    min_distinct: float = 0.3,
+    distinct_n: int = 2,
+) -> Repetition:
+    """The rule of `assert_no_repetition` (same options, same defaults) without failing a test: for callers that
+    report a loop their own way (the `GenerationRecorder`'s `on_degenerate` alarm and its logged figures)."""
+    _check_options(max_run, ngram_size, max_ngram_repeats, min_distinct, distinct_n)
+    problems: list[str] = []
+    failing: list[int] = []
+    for index, prompt in enumerate(trace.prompts):
+        found = _prompt_repetition(index, prompt, max_run, ngram_size, max_ngram_repeats, min_distinct, distinct_n)
+        if found:
+            failing.append(index)
+            problems += found
+    return Repetition(tuple(problems), tuple(failing), len(trace.prompts))
+
+
 def assert_no_repetition(
     trace: GenerationTrace,
     *,
@@ -126,29 +179,23 @@ def assert_no_repetition(
     times in 24 tokens ("the word for cat is ... the word for dog is ... the word for"), so a 3-gram limit of 2
     would flag plain text. A loop of period up to 5 fills 24 tokens with a 4-gram 4+ times; longer periods fall
     under distinct-2. tests/test_repetition.py checks the corpus windows and the fine-tuned models' outputs. The
-    message quotes the repeated text with its step numbers.
+    message quotes the repeated text with its step numbers. `find_repetition` applies the same rule without failing.
     """
     __tracebackhide__ = True
-    _check_options(max_run, ngram_size, max_ngram_repeats, min_distinct, distinct_n)
-    problems: list[str] = []
-    failing: set[int] = set()
-    for index, prompt in enumerate(trace.prompts):
-        found = _prompt_repetition(index, prompt, max_run, ngram_size, max_ngram_repeats, min_distinct, distinct_n)
-        if found:
-            failing.add(index)
-            problems += found
-    headline = ""
-    if problems:
-        headline = (
-            f"{_plural(len(problems), 'repetition')} in {len(failing)} of {_plural(len(trace.prompts), 'prompt')}; "
-            f"first: {problems[0]}"
-        )
+    found = find_repetition(
+        trace,
+        max_run=max_run,
+        ngram_size=ngram_size,
+        max_ngram_repeats=max_ngram_repeats,
+        min_distinct=min_distinct,
+        distinct_n=distinct_n,
+    )
     advice = (
         "A model that loops never learned to stop: check that fine-tuning labels keep the EOS token (pad_token = "
         "eos_token with padding masked out of the labels hides it). If this output is intended, loosen max_run=, "
         "ngram_size=, max_ngram_repeats= or min_distinct=."
     )
-    fail_or_pass("assert_no_repetition", problems, headline, advice)
+    fail_or_pass("assert_no_repetition", list(found.problems), found.headline, advice)
 
 
 def _prompt_repetition(

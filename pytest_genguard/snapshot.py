@@ -31,6 +31,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from pytest_genguard import session
 from pytest_genguard.compare import TRAINING, TRAINING_LOSS, Comparison, Tolerances, Verdict, compare
 from pytest_genguard.files import atomic_write_text
+from pytest_genguard.history import Checkpoint, history_from_json, history_to_json
 from pytest_genguard.trace import GenerationTrace, TraceFormatError
 
 if TYPE_CHECKING:
@@ -68,12 +69,10 @@ _ACCEPTS = (
 
 
 def _is_history(value: Any) -> bool:
-    recorder = sys.modules.get("pytest_genguard.recorder")
-    if recorder is None:  # no history can exist without the recorder module
-        return False
-    if isinstance(value, recorder.GenerationRecorder):
+    recorder = sys.modules.get("pytest_genguard.recorder")  # not imported here: it needs transformers
+    if recorder is not None and isinstance(value, recorder.GenerationRecorder):
         return True
-    return isinstance(value, list) and all(isinstance(c, recorder.Checkpoint) for c in value)
+    return isinstance(value, list) and all(isinstance(c, Checkpoint) for c in value)
 
 
 def serialize_value(value: Any) -> str:
@@ -82,7 +81,7 @@ def serialize_value(value: Any) -> str:
         return value.to_json()
     if _is_history(value):
         history = value.history if hasattr(value, "history") else value
-        return str(sys.modules["pytest_genguard.recorder"].history_to_json(history))
+        return history_to_json(history)
     raise TypeError(f"{_ACCEPTS}; got {type(value).__name__}")
 
 
@@ -97,8 +96,6 @@ def parse_snapshot(text: str, source: str) -> Any:
         ) from None
     head = text[:200]
     if '"genguard_history"' in head:
-        from pytest_genguard.recorder import history_from_json
-
         return history_from_json(text, source=source)
     return GenerationTrace.from_json(text, source=source)
 

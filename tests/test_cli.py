@@ -222,7 +222,7 @@ def test_every_shared_corrupt_trace_exits_2_naming_the_file(name: str, capsys: p
 def test_recorder_histories_are_shown_diffed_and_reported_checkpoint_by_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pytest_genguard.recorder import Checkpoint, history_to_json
+    from pytest_genguard.history import Checkpoint, history_to_json
 
     def history(last: list[int]) -> str:
         return history_to_json(

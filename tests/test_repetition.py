@@ -11,6 +11,7 @@ from invariant_support import PROBES, caught, hand_trace
 
 from pytest_genguard import assert_no_repetition
 from pytest_genguard.record import record
+from pytest_genguard.repetition import find_repetition
 from pytest_genguard.tiny import corpus_texts, tiny_model, tiny_tokenizer
 from pytest_genguard.trace import GenerationTrace, PromptTrace, Step
 
@@ -109,3 +110,16 @@ def test_a_random_init_model_that_loops_is_caught() -> None:
     trace = record(tiny_model("gpt2"), tiny_tokenizer(), PROBES, max_new_tokens=16)
     with caught(match=r"repeats \d+ times in a row"):
         assert_no_repetition(trace)
+
+
+def test_find_repetition_is_the_same_rule_without_failing() -> None:
+    looping = hand_trace(path(10, 11, 12, 12, 12, 12, 12, 13))
+    found = find_repetition(looping)
+    assert found and found.prompts == (0,) and found.total_prompts == 1
+    with caught() as info:
+        assert_no_repetition(looping)
+    assert str(info.value).splitlines()[0] == f"assert_no_repetition: {found.headline}"
+    assert not find_repetition(looping, max_run=5)  # the same options, the same defaults
+    assert not find_repetition(hand_trace(path(10, 11, 12, 13))).headline
+    with pytest.raises(ValueError, match="max_run must be an integer >= 1"):
+        find_repetition(looping, max_run=0)
