@@ -509,14 +509,14 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
         changes = []
         if em.model_type != am.model_type:
             changes.append(f"model_type {em.model_type} -> {am.model_type}")
+        changes += _config_changes(em, am)
         if em.recipe is not None and am.recipe is not None:
-            # Fine-tuned by genguard: the recipe (which names the config in library-free terms) is the model's
-            # identity; other weights or config dicts from one recipe are drift of the environment that made them
-            # (a torch or transformers upgrade, another CPU), and that is what gets compared.
+            # Made by training (genguard's fine-tuning, or a run a GenerationRecorder watched): the recipe is the
+            # model's identity; other weights from one recipe are drift of the environment that trained them (a
+            # torch or transformers upgrade, another CPU), and that is what gets compared.
             if em.recipe != am.recipe:
-                changes.append(f"fine-tuning recipe {_short_hash(em.recipe)} -> {_short_hash(am.recipe)}")
+                changes.append(f"training recipe {_short_hash(em.recipe)} -> {_short_hash(am.recipe)}")
         else:
-            changes += _config_changes(em, am)
             if em.dtype == am.dtype and em.weights_hash != am.weights_hash:
                 # Across dtypes the bytes differ by construction: dtype is an environment axis, listed with the rest.
                 changes.append(f"weights {_short_hash(em.weights_hash)} -> {_short_hash(am.weights_hash)}")

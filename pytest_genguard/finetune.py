@@ -518,7 +518,7 @@ def _pin_content(spec: _Spec, tuned: FineTuned, recipe: str, run_id: str) -> Pin
 def _write_pin_files(tmp: Path, tuned: FineTuned) -> None:
     from safetensors.torch import save_model
 
-    from pytest_genguard.recorder import history_to_json
+    from pytest_genguard.history import history_to_json
 
     save_model(tuned.model, str(tmp / WEIGHTS_FILE))
     (tmp / HISTORY_FILE).write_text(history_to_json(tuned.history), encoding="utf-8")
@@ -529,7 +529,7 @@ def _load_pin(spec: _Spec, folder: Path, manifest: dict[str, Any], recipe: str, 
     from safetensors.torch import load_model
 
     from pytest_genguard.fingerprint import model_fingerprint
-    from pytest_genguard.recorder import history_from_json
+    from pytest_genguard.history import history_from_json
     from pytest_genguard.tiny import tiny_model, tiny_tokenizer
 
     model = tiny_model(spec.arch, seed=spec.seed)

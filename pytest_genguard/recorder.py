@@ -63,11 +63,49 @@ __all__ = [
     "history_to_json",
     "preserved_rng",
     "recording_figures",
+    "training_identity",
 ]
 
 ON_DEGENERATE: tuple[str | None, ...] = (None, "warn", "stop")
 _FIGURE_PREFIX = {"step": "", "train_end": "", "evaluate": "eval_", "predict": "test_"}
 """Log keys follow the Trainer's own metric prefixes (report_to integrations group `eval_*` and `test_*` keys)."""
+
+
+# ---------------------------------------------------------------------------------------------------- identity
+
+# The TrainingArguments that say how a run trains, and that a user sets: optimizer internals (optim, adam_*,
+# max_grad_norm) are left out because their defaults differ between transformers versions, which would make every
+# history stale on an upgrade (a change there still shows, as a regression).
+TRAINING_ARGUMENTS = (
+    "learning_rate",
+    "max_steps",
+    "num_train_epochs",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "seed",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+)
+
+
+def training_identity(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, args: TrainingArguments) -> str:
+    """What a training run starts from and how it trains: the initial weights and dtype, the tokenizer and the
+    `TRAINING_ARGUMENTS`. A history's checkpoints carry it as their model's recipe: the weights a checkpoint
+    records differ on every CPU whose kernels round otherwise (training amplifies it), so they cannot say whether
+    two histories come from the same run; this can."""
+    import hashlib
+    import json
+
+    from pytest_genguard.fingerprint import model_dtype, tokenizer_fingerprint, weights_hash
+
+    parts = {
+        "weights": weights_hash(model),
+        "dtype": model_dtype(model),
+        "tokenizer": tokenizer_fingerprint(tokenizer).hash,
+        "arguments": {name: str(getattr(args, name, None)) for name in TRAINING_ARGUMENTS},
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------- RNG
@@ -289,6 +327,7 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
         self.generate_kwargs = dict(generate_kwargs)
         self.history = RecorderHistory()
         self._trainer: weakref.ref[Trainer] | None = None
+        self._identity: str | None = None
 
     def attach(self, trainer: Trainer) -> GenerationRecorder:
         """Add the recorder to `trainer`'s callbacks (unless it is there already) and log its figures with
@@ -360,6 +399,8 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
             if not rows and not self.prompts:
                 return  # an empty evaluation set and no probes: nothing was generated
             trace = self._generate(model, tokenizer, rows)
+        if self._identity is not None and trace.model is not None and trace.model.recipe is None:
+            trace = replace(trace, model=replace(trace.model, recipe=self._identity))
         epoch = float(state.epoch) if state.epoch is not None else None
         self.history.append(
             Checkpoint(
@@ -421,7 +462,10 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        self.resolve_tokenizer(kwargs)  # fail before the first step, not after minutes of training
+        tokenizer = self.resolve_tokenizer(kwargs)  # fail before the first step, not after minutes of training
+        model = kwargs.get("model")
+        if model is not None and state.is_world_process_zero:
+            self._identity = training_identity(model, tokenizer, args)
         integrations = [r for r in (getattr(args, "report_to", None) or []) if r != "none"]
         if integrations and self._trainer is None and state.is_world_process_zero:
             warnings.warn(

@@ -280,7 +280,7 @@ def test_another_fine_tuning_recipe_makes_the_trace_stale() -> None:
     old = dataclasses.replace(MODEL, recipe="7" * 64)
     new = dataclasses.replace(MODEL, recipe="8" * 64)
     (reason,) = compare(trace(BASE, model=old), trace(BASE, model=new)).stale_reasons
-    assert reason == "model changed: fine-tuning recipe 777777777777 -> 888888888888"
+    assert reason == "model changed: training recipe 777777777777 -> 888888888888"
 
 
 def test_weights_of_another_dtype_are_an_environment_difference_not_staleness() -> None:

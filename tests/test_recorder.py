@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from pytest_genguard.compare import Verdict, compare
 from pytest_genguard.finetune import _Collator, _examples, _spec
 from pytest_genguard.fingerprint import weights_hash
 from pytest_genguard.record import record
@@ -22,6 +24,7 @@ from pytest_genguard.recorder import (
     history_from_json,
     history_to_json,
     preserved_rng,
+    training_identity,
 )
 from pytest_genguard.tiny import probe_prompts, tiny_model, tiny_tokenizer
 from pytest_genguard.trace import TraceFormatError
@@ -163,8 +166,32 @@ def test_the_tokenizer_comes_from_the_constructor_or_the_callback_kwargs(
     recorder.on_train_begin(hook_args, _state(0), TrainerControl(), model=model, **kwargs)
     recorder.on_step_end(hook_args, _state(1), TrainerControl(), model=model, **kwargs)
     assert len(recorder.history) == 1
-    assert recorder.history[0].trace == record(model, tokenizer, PROMPTS, max_new_tokens=3)
+    plain = record(model, tokenizer, PROMPTS, max_new_tokens=3)
+    assert plain.model is not None
+    identity = training_identity(model, tokenizer, hook_args)
+    assert recorder.history[0].trace == replace(plain, model=replace(plain.model, recipe=identity))
     assert recorder.history[0].loss == 3.5  # the latest training loss, not the eval loss
+
+
+def test_a_history_is_identified_by_how_the_run_started_not_by_the_weights_it_reached(
+    hook_args: TrainingArguments, model: Any
+) -> None:
+    # Training on another CPU reaches other weights: the checkpoints carry the run's identity (initial weights,
+    # tokenizer, training arguments) as their recipe, so such histories are compared, not called stale.
+    tokenizer = tiny_tokenizer()
+    identity = training_identity(model, tokenizer, hook_args)
+    assert identity == training_identity(model, tiny_tokenizer(), hook_args)
+    faster = replace(hook_args, learning_rate=hook_args.learning_rate * 2)
+    assert training_identity(model, tokenizer, faster) != identity
+    other = tiny_model("gpt2", seed=1)
+    assert training_identity(other, tokenizer, hook_args) != identity
+    trace = record(model, tokenizer, PROMPTS, max_new_tokens=3)
+    assert trace.model is not None
+    here = replace(trace, model=replace(trace.model, recipe=identity))
+    elsewhere = replace(here, model=replace(here.model, weights_hash="f" * 64))  # type: ignore[arg-type]
+    assert compare(here, elsewhere).verdict is Verdict.IDENTICAL
+    changed = replace(here, model=replace(here.model, recipe=training_identity(model, tokenizer, faster)))  # type: ignore[arg-type]
+    assert compare(here, changed).verdict is Verdict.STALE
 
 
 def test_the_constructor_tokenizer_wins_over_processing_class_which_wins_over_tokenizer() -> None:
