@@ -38,6 +38,7 @@ __all__ = [
     "MANIFEST",
     "WEIGHTS_FILE",
     "CacheCorrupt",
+    "CacheFolderError",
     "Fetched",
     "GenguardCacheWarning",
     "cache_dir_for",
@@ -68,6 +69,18 @@ class GenguardCacheWarning(UserWarning):
 
 class CacheCorrupt(Exception):
     """Raised by verification or a loader: the entry cannot be trusted; the message says why."""
+
+
+class CacheFolderError(OSError):
+    """The cache folder cannot be created or written (read-only, a file in the way): names it and the fix."""
+
+
+def _folder_error(root: Path, exc: OSError) -> CacheFolderError:
+    return CacheFolderError(
+        f"genguard cache folder {root} cannot be written ({type(exc).__name__}: {exc}); point the cache at a folder "
+        f"you can write: the ini option genguard_cache_dir, or the environment variable {ENV_VAR} (used outside "
+        "pytest, and inside with -p no:cacheprovider)"
+    )
 
 
 def default_cache_dir() -> Path:
@@ -157,14 +170,20 @@ def key_lock(root: Path, key: str) -> Iterator[None]:
     from filelock import FileLock, Timeout
 
     lock_path = root / f"{key}.lock"
+    lock = FileLock(str(lock_path), timeout=LOCK_TIMEOUT_S)
     try:
-        with FileLock(str(lock_path), timeout=LOCK_TIMEOUT_S):
-            yield
+        lock.acquire()
     except Timeout:
         raise TimeoutError(
             f"genguard cache: waited {LOCK_TIMEOUT_S:.0f} s for {lock_path}, held by another process building the "
             "same model; if no such process is running, delete the lock file and re-run."
         ) from None
+    except OSError as exc:  # a read-only folder: not a raw "OSError ... .lock"
+        raise _folder_error(root, exc) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @dataclass(frozen=True)
@@ -193,7 +212,10 @@ def fetch(
     rebuild a valid entry too (`--genguard-rebuild`).
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _folder_error(root, exc) from None
     entry = root / key
     with key_lock(root, key):
         _sweep_leftovers(root, key)

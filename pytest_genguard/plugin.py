@@ -14,7 +14,7 @@ import pytest
 
 pytest.register_assert_rewrite("pytest_genguard.repetition", "pytest_genguard.invariants", "pytest_genguard.snapshot")
 
-from pytest_genguard import session  # noqa: E402
+from pytest_genguard import keep, session  # noqa: E402
 from pytest_genguard.fixtures import (  # noqa: E402,F401
     genguard_device,
     genguard_finetune,
@@ -77,14 +77,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "genguard(atol=None, rtol=None, tie_tol=None): per-test tolerances for genguard comparisons."
+        "markers",
+        "genguard(atol=None, rtol=None, tie_tol=None, allow_nonfinite=False): per-test tolerances for genguard "
+        "comparisons; allow_nonfinite=True lets a snapshot hold NaN/inf logprobs or scores.",
     )
     config.addinivalue_line(
         "markers", "genguard_gpu: needs CUDA; runs only with --genguard-gpu (skipped with a reason otherwise)."
     )
-    settings = session.settings_from_config(config)
+    settings = session.settings_from_config(config)  # a bad value stops here (exit 4), before any snapshot is touched
     config.stash[session.SETTINGS_KEY] = settings
     config.stash[session.TALLY_KEY] = session.Tally()
+    keep.configure(config)  # what --snapshot-update may delete
     from pytest_genguard.summary import GenguardReporter
 
     config.pluginmanager.register(GenguardReporter(config), "genguard-reporter")
@@ -133,7 +136,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
-    if report.when == "call":
+    if report.when == "call" or (report.when == "setup" and report.failed):  # events of a fixture that failed too
         events = item.stash.get(session.EVENTS_KEY, [])
         if events:
             report.user_properties.append((session.USER_PROPERTY, list(events)))

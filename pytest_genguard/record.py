@@ -325,8 +325,14 @@ def _report_fragile_steps(trace: GenerationTrace) -> None:
 
     tie_tol = tolerances_for(trace.dtype).tie_tol
     steps = [s for p in trace for s in p.steps]
-    fragile = sum(1 for s in steps if s.margin <= tie_tol)
-    emit("record", fragile_steps=fragile, prompts=len(trace), steps=len(steps))
+    fragile = [
+        {"prompt": i, "text": p.prompt, "step": n, "margin": s.margin}
+        for i, p in enumerate(trace)
+        for n, s in enumerate(p.steps)
+        if s.margin <= tie_tol
+    ]
+    # The first 50 are named in the summary (-v); the count is exact.
+    emit("record", fragile_steps=len(fragile), fragile=fragile[:50], prompts=len(trace), steps=len(steps))
 
 
 # Steps are processed as (steps, batch, vocab) blocks: a handful of tensor operations per block instead of eight per

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import shlex
 import sys
 from collections.abc import Iterator
@@ -36,7 +37,8 @@ from pytest_genguard.trace import GenerationTrace, TraceFormatError
 
 if TYPE_CHECKING:
     from syrupy.assertion import SnapshotAssertion
-    from syrupy.data import SnapshotCollection
+    from syrupy.data import SnapshotCollection, SnapshotCollections
+    from syrupy.location import PyTestLocation
 
     from pytest_genguard.snapshot_fixture import GenguardSnapshot
 
@@ -44,10 +46,12 @@ __all__ = [
     "FILE_EXTENSION",
     "GenguardSnapshotExtension",
     "Outcome",
+    "allows_nonfinite",
     "assertrepr",
     "compare_texts",
     "fix_command",
     "genguard_snapshot_for",
+    "is_history",
     "marker_tolerances",
     "parse_snapshot",
     "serialize_value",
@@ -57,6 +61,8 @@ __all__ = [
 
 FILE_EXTENSION = "genguard"
 TOLERANCE_KEYS = ("atol", "rtol", "tie_tol")
+ALLOW_NONFINITE = "allow_nonfinite"
+MARKER_KEYS = (*TOLERANCE_KEYS, ALLOW_NONFINITE)
 _OK = frozenset({Verdict.IDENTICAL.value, Verdict.WITHIN_TOLERANCE.value, Verdict.TOLERATED.value})
 _MAX_DIFF_LINES = 40
 _ACCEPTS = (
@@ -68,7 +74,8 @@ _ACCEPTS = (
 # ---------------------------------------------------------------------------------------------------- values
 
 
-def _is_history(value: Any) -> bool:
+def is_history(value: Any) -> bool:
+    """A recorder history: a `GenerationRecorder` or a list of `Checkpoint`s (which exist without the recorder)."""
     recorder = sys.modules.get("pytest_genguard.recorder")  # not imported here: it needs transformers
     if recorder is not None and isinstance(value, recorder.GenerationRecorder):
         return True
@@ -79,7 +86,7 @@ def serialize_value(value: Any) -> str:
     """The snapshot text of a trace or a recorder history; TypeError (saying what is accepted) for anything else."""
     if isinstance(value, GenerationTrace):
         return value.to_json()
-    if _is_history(value):
+    if is_history(value):
         history = value.history if hasattr(value, "history") else value
         return history_to_json(history)
     raise TypeError(f"{_ACCEPTS}; got {type(value).__name__}")
@@ -242,13 +249,25 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
     def serialize(self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None) -> str:
         return serialize_value(data)
 
+    def discover_snapshots(
+        self, *, test_location: PyTestLocation, ignore_extensions: list[str] | None = None
+    ) -> SnapshotCollections:
+        """syrupy's discovery, minus the files of tests that did not reach their assertion in this run: syrupy must
+        not count those as unused, or ``--snapshot-update`` deletes them (see `pytest_genguard.keep`)."""
+        from pytest_genguard import keep
+
+        ignore = keep.own_ignore(test_location, ignore_extensions)
+        found = super().discover_snapshots(test_location=test_location, ignore_extensions=ignore)
+        return keep.withhold(type(self), test_location, found)
+
     def read_snapshot_data_from_location(
         self, *, snapshot_location: str, snapshot_name: str, session_id: str
     ) -> str | None:
-        """The file's text; bytes that are not UTF-8 are kept (as lone surrogates) so reading never raises."""
+        """The file's text (bytes that are not UTF-8 are kept as lone surrogates, so a corrupt file reads); None when
+        it is missing. Other OS errors (permissions, a folder in its place) propagate: the fixture reports them."""
         try:
             return Path(self.read_from or snapshot_location).read_bytes().decode("utf-8", "surrogateescape")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # (a file where one of its folders should be)
             return None
 
     @classmethod
@@ -297,20 +316,40 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
 # ---------------------------------------------------------------------------------------------------- tolerances
 
 
-def marker_tolerances(node: pytest.Item) -> dict[str, float]:
-    """The tolerances of ``@pytest.mark.genguard(...)`` markers (the closest marker wins per key), validated."""
-    found: dict[str, float] = {}
+def _marker_kwargs(node: pytest.Item) -> dict[str, Any]:
+    """The arguments of ``@pytest.mark.genguard(...)`` markers (the closest marker wins per key), validated."""
+    found: dict[str, Any] = {}
+    accepted = ", ".join(f"{key}=" for key in MARKER_KEYS)
     for mark in reversed(list(node.iter_markers("genguard"))):
         where = f"@pytest.mark.genguard on {node.nodeid}"
         if mark.args:
-            pytest.fail(f"{where}: takes keyword arguments only (atol=, rtol=, tie_tol=); got {mark.args!r}", False)
+            pytest.fail(f"{where}: takes keyword arguments only ({accepted}); got {mark.args!r}", False)
         for key, value in mark.kwargs.items():
-            if key not in TOLERANCE_KEYS:
-                pytest.fail(f"{where}: unknown argument {key!r}; accepted: {', '.join(TOLERANCE_KEYS)}", False)
+            if key not in MARKER_KEYS:
+                pytest.fail(f"{where}: unknown argument {key!r}; accepted: {', '.join(MARKER_KEYS)}", False)
+            if key == ALLOW_NONFINITE:
+                if not isinstance(value, bool):
+                    pytest.fail(f"{where}: {key}={value!r} is not True or False", False)
+                found[key] = value
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 pytest.fail(f"{where}: {key}={value!r} is not a number >= 0 (write e.g. {key}=1e-4)", False)
+            if not math.isfinite(value):
+                pytest.fail(
+                    f"{where}: {key}={value!r} is infinite: it would accept any drift (write e.g. {key}=1e-4)", False
+                )
             found[key] = float(value)
     return found
+
+
+def marker_tolerances(node: pytest.Item) -> dict[str, float]:
+    """The tolerances of ``@pytest.mark.genguard(...)`` markers (the closest marker wins per key), validated."""
+    return {key: value for key, value in _marker_kwargs(node).items() if key in TOLERANCE_KEYS}
+
+
+def allows_nonfinite(node: pytest.Item) -> bool:
+    """Whether the test opted in to NaN/inf values with ``@pytest.mark.genguard(allow_nonfinite=True)``."""
+    return bool(_marker_kwargs(node).get(ALLOW_NONFINITE, False))
 
 
 def tolerance_overrides(request: pytest.FixtureRequest) -> dict[str, float]:
@@ -329,7 +368,9 @@ def genguard_snapshot_for(snapshot: SnapshotAssertion, request: pytest.FixtureRe
     """The `genguard_snapshot` fixture value for this test."""
     from pytest_genguard.snapshot_fixture import GenguardSnapshot
 
-    return GenguardSnapshot(snapshot, request, tolerance_overrides(request))
+    fixture = GenguardSnapshot(snapshot, request, tolerance_overrides(request))
+    fixture.allow_nonfinite = allows_nonfinite(request.node)
+    return fixture
 
 
 def assertrepr(op: str, left: object, right: object) -> list[str] | None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_genguard import session
+from pytest_genguard import keep, session
 from pytest_genguard.compare import Comparison, Verdict, compare
 from pytest_genguard.environment import environment_class
 from pytest_genguard.snapshot import (
@@ -35,6 +35,7 @@ from pytest_genguard.snapshot import (
     serialize_value,
     tolerance_kwargs,
 )
+from pytest_genguard.snapshot_review import accepted_changes, nonfinite_message, nonfinite_values
 from pytest_genguard.trace import GenerationTrace, TraceFormatError
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class GenguardSnapshot:
         self.last_name = ""
         self.last_source = ""
         self.last_comparison: Comparison | None = None  # of the last assertion, when both sides were read
+        self.allow_nonfinite = False  # @pytest.mark.genguard(allow_nonfinite=True): NaN/inf may be stored
 
     def __repr__(self) -> str:
         if self.last_name:  # pytest shows the fixture in failure tracebacks: name the snapshot that was compared
@@ -113,7 +115,8 @@ class GenguardSnapshot:
             return str(path)
 
     def stored_text(self) -> str | None:
-        """The stored text of the next assertion's snapshot (None when it does not exist)."""
+        """The stored text of the next assertion's snapshot (None when it does not exist; OSError when it cannot be
+        read)."""
         from syrupy.exceptions import SnapshotDoesNotExist
 
         a = self._assertion
@@ -140,7 +143,60 @@ class GenguardSnapshot:
             a.__eq__(data)
         finally:
             a.update_snapshots, a.update_new_snapshots_only, ext.forced, ext.read_from = saved
-        return a.executions[a.num_executions - 1]
+        result = a.executions[a.num_executions - 1]
+        ledger = self._config.stash.get(keep.LEDGER_KEY, None)
+        if ledger is not None:  # this file was asserted: --snapshot-update's keeping does not apply (see keep.py)
+            ledger.asserted.add(str(result.snapshot_location))
+        return result
+
+    def _write_failed(self, exc: BaseException | None, source: str, **extra: Any) -> bool:
+        """An assertion whose write failed: say so with the OS error and the path (syrupy reports nothing but a
+        failed assertion, which read like a missing snapshot). Errors other than OSError propagate."""
+        if exc is None:
+            return True
+        if not isinstance(exc, OSError):
+            raise exc
+        self.explanation = [
+            f"genguard snapshot {self.last_name!r} could not be written to {source}: {type(exc).__name__}: {exc}",
+            "nothing was written (a snapshot already there is unchanged); make the folder writable (or free space) "
+            "and run the same command again",
+        ]
+        self._emit("write error", "\n".join(self.explanation), failure=True, **extra)
+        return False
+
+    def _unreadable(self, other: object, source: str, exc: OSError) -> bool:
+        """A snapshot that exists but cannot be read (permissions, a folder in its place): fail, write nothing."""
+        self.explanation = [
+            f"genguard snapshot {self.last_name!r} cannot be read ({source}): {type(exc).__name__}: {exc}",
+            "it was left unchanged; make it readable (or move what is in its place) and run again",
+        ]
+        self._execute(other, update=False, forced=False)
+        self._emit("invalid", "\n".join(self.explanation), failure=True)
+        return False
+
+    def _refuse_nonfinite(self, other: object) -> bool | None:
+        """Without @pytest.mark.genguard(allow_nonfinite=True), data with NaN/inf is neither recorded nor compared:
+        NaN would equal NaN ("identical") and a broken model would pass against its own broken snapshot."""
+        if self.allow_nonfinite:
+            return None
+        count, where = nonfinite_values(other)
+        if not count:
+            return None
+        self.explanation = nonfinite_message(self.last_name, self.last_source, count, where)
+        self._execute(other, update=False, forced=False)  # syrupy counts a failed assertion; nothing is written
+        self._emit("non-finite", "\n".join(self.explanation), failure=True)
+        return False
+
+    def _refuse_nonfinite_output(
+        self, trace: GenerationTrace, stored: GenerationTrace, source: str, extra: dict[str, Any]
+    ) -> None:
+        """verify(): the model's teacher-forced (or re-recorded) trace must be finite without the opt-in."""
+        count, where = (0, []) if self.allow_nonfinite else nonfinite_values(trace)
+        if count:
+            self.explanation = nonfinite_message(self.name, source, count, where, received="the model's output")
+            self._execute(stored, update=False, forced=False)
+            self._emit("non-finite", "\n".join(self.explanation), failure=True, **extra)
+            raise AssertionError("\n".join(self.explanation))
 
     def _emit(self, verdict: str, detail: str, *, failure: bool, outcome: Outcome | None = None, **extra: Any) -> None:
         event: dict[str, Any] = {
@@ -183,15 +239,23 @@ class GenguardSnapshot:
     def __eq__(self, other: object) -> bool:
         received = serialize_value(other)  # a TypeError saying what genguard_snapshot accepts
         settings = session.settings(self._config)
-        if self.per_env:
-            return self._per_env_eq(other, received, settings)
-        stored = self.stored_text()
         index, source = self._assertion.index, self._relative(self.location)
         self.last_name, self.last_source, self.explanation, self.last_comparison = self.name, source, [], None
+        refused = self._refuse_nonfinite(other)
+        if refused is not None:
+            return refused
+        if self.per_env:
+            return self._per_env_eq(other, received, settings)
+        try:
+            stored = self.stored_text()
+        except OSError as exc:
+            return self._unreadable(other, source, exc)
         if stored is None:
             result = self._execute(other, update=settings.snapshot_update)
+            if not self._write_failed(result.exception, source):
+                return False
             if result.created:
-                self._emit("created", f"created {source}", failure=False)
+                self._emit("created", f"created {source}", failure=False, file=source)
             else:
                 self.explanation = [self._missing(source)]
                 self._emit("missing", self.explanation[0], failure=True)
@@ -200,8 +264,11 @@ class GenguardSnapshot:
             self.last_comparison = outcome.comparison
             write = settings.snapshot_update or (settings.update_stale and outcome.verdict == Verdict.STALE.value)
             result = self._execute(other, update=write)
+            if not self._write_failed(result.exception, source):
+                return False
             if result.updated:
-                self._emit("updated", f"updated {source} (was: {outcome.verdict})\n{outcome.detail}", failure=False)
+                detail = f"updated {source} (was: {outcome.verdict})\n{outcome.detail}"
+                self._emit("updated", detail, failure=False, **_update_fields(outcome, source))
             else:
                 self._emit(outcome.verdict, outcome.detail, failure=not result.success, outcome=outcome)
                 if not result.success:
@@ -288,14 +355,21 @@ class GenguardSnapshot:
         from pytest_genguard.files import atomic_write_text
 
         verdict = "updated" if base.own_exists else "created"
-        atomic_write_text(base.own, text)
         own = self._relative(base.own)
+        try:
+            atomic_write_text(base.own, text)
+        except OSError as exc:
+            self.last_source = own
+            self._write_failed(exc, own, **base.event())
+            raise AssertionError("\n".join(self.explanation)) from None
         head = f"{verdict} {own} (the {base.env_class} baseline"
         detail = f"{head})" if outcome is None else f"{head}; was: {outcome.verdict} against {base.describe()})"
         if outcome is not None and not outcome.ok:
             detail += f"\n{outcome.detail}"
         self.last_source = own
         fields: dict[str, Any] = {"environment_class": base.env_class, "baseline": base.env_class, "baseline_file": own}
+        if verdict == "updated" and outcome is not None:
+            fields.update(_update_fields(outcome, own))
         self._emit(verdict, detail, failure=False, **fields, **extra)
 
     # ------------------------------------------------------------------------------------------------ verify
@@ -370,14 +444,20 @@ class GenguardSnapshot:
             changed = compare(expected, requested, **tol)
             if changed.verdict is Verdict.STALE:
                 cmp = dataclasses.replace(cmp, verdict=Verdict.STALE, stale_reasons=changed.stale_reasons)
+        self._refuse_nonfinite_output(cmp.actual, expected, source, extra)  # NaN would equal NaN: never "identical"
         fix = fix_command(cmp.verdict.value, self._nodeid, self.extension.fix_options)
         outcome = Outcome(cmp.verdict.value, _render(cmp, fix), cmp)
         if outcome.verdict == Verdict.STALE.value and settings.update_stale and can_record:
+            trace = recorded()
+            self._refuse_nonfinite_output(trace, expected, source, extra)
             if base is None:
-                self._execute(recorded(), update=True, forced=False)
-                self._emit("updated", f"updated {source} (was: stale)\n{outcome.detail}", failure=False, via="verify")
+                written = self._execute(trace, update=True, forced=False)
+                if not self._write_failed(written.exception, source, via="verify"):
+                    raise AssertionError("\n".join(self.explanation))
+                change = Outcome(outcome.verdict, outcome.detail, compare(expected, trace, **tol))
+                detail = f"updated {source} (was: stale)\n{outcome.detail}"
+                self._emit("updated", detail, failure=False, via="verify", **_update_fields(change, source))
             else:  # this class's own baseline, never the fallback
-                trace = recorded()
                 self._write_baseline(base, serialize_value(trace), outcome, via="verify")
                 self._execute(trace, update=False, forced=True, read_from=base.own)
             return cmp
@@ -426,6 +506,11 @@ class Baseline:
         """The `snapshot` event's baseline fields."""
         used = self.used or ("shared fallback" if self.text is not None else None)
         return {"environment_class": self.env_class, "baseline": used, "baseline_file": self.source}
+
+
+def _update_fields(outcome: Outcome, source: str) -> dict[str, Any]:
+    """The extra fields of an ``updated`` event: what the old snapshot was and what the new one changed."""
+    return {"was": outcome.verdict, "changes": accepted_changes(outcome), "file": source}
 
 
 def _render(cmp: Comparison, fix: str | None) -> str:

@@ -2,7 +2,8 @@
 test switches between runs by rewriting ``variants.json`` (test name -> variant).
 
 A variant can: add `drift` to step 0's logprob; `flip` step 1 to the near-tie runner-up ("tie") or step 2 to a
-far-behind token ("genuine"); change the `weights`/`tokenizer` fingerprint or `max_new_tokens` (stale).
+far-behind token ("genuine"); change the `weights`/`tokenizer` fingerprint or `max_new_tokens` (stale); put NaN in
+step 1 or -inf in step 2's score (`nonfinite`: "nan" or "-inf"); set the `finish` reason (default "length").
 """
 
 from __future__ import annotations
@@ -41,8 +42,12 @@ def make_trace(name):
         steps = steps[:1] + [Step(21, " dog", -1.0001, 2.0, (21, 20, 22), (-1.0001, -1.0004, -4.0))]
     if v.get("flip") == "genuine":
         steps[2] = Step(32, " ran", -0.3, 4.0, (32, 30, 31), (-0.3, -1.5, -3.5))
+    if v.get("nonfinite") == "nan":  # what a model with a NaN weight gives
+        steps[1] = Step(20, " cat", float("nan"), float("nan"), (20, 21, 22), (float("nan"), float("nan"), -4.0))
+    if v.get("nonfinite") == "-inf":
+        steps[2] = Step(30, " sat", -0.2, float("-inf"), (30, 31, 32), (-0.2, -3.0, -5.0))
     return GenerationTrace(
-        prompts=(PromptTrace("hello", (1, 2), tuple(steps), "length", "the cat sat"),),
+        prompts=(PromptTrace("hello", (1, 2), tuple(steps), v.get("finish", "length"), "the cat sat"),),
         settings={"max_new_tokens": v.get("max_new_tokens", 3), "mode": "greedy", "record_top_k": 3},
         model=ModelFingerprint("gpt2", "c" * 64, v.get("weights", "a") * 64, 1000, "float32"),
         tokenizer=TokenizerFingerprint("tiny", 768, v.get("tokenizer", "t") * 64),

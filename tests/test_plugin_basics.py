@@ -67,4 +67,4 @@ def test_a_bad_tolerance_in_the_ini_file_is_a_usage_error(pytester: pytest.Pytes
     pytester.makepyfile("def test_ok(): pass")
     result = pytester.runpytest("-p", "no:cacheprovider", *xdist)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*genguard_atol = 'tight' is not a number*"])
+    result.stderr.fnmatch_lines(["ERROR: ini option genguard_atol = 'tight' is not a number (in *tox.ini); *"])

@@ -407,8 +407,10 @@ def test_a_run_where_every_check_held_writes_the_short_report(project: pytest.Py
     assert "all 1 checks held" in page
 
 
-def test_a_report_that_cannot_be_written_is_reported_in_the_summary(project: pytest.Pytester) -> None:
+def test_a_report_that_cannot_be_written_is_a_usage_error_at_start_up(project: pytest.Pytester) -> None:
     project.path.joinpath("taken").write_text("a file, not a folder")
     result = project.runpytest("-p", "no:cacheprovider", "-k", "test_ok", "--genguard-report", "taken/report.html")
-    result.assert_outcomes(passed=1, deselected=1)
-    result.stdout.fnmatch_lines(["genguard: could not write the HTML report to */taken/report.html: *"])
+    assert (
+        result.ret == pytest.ExitCode.USAGE_ERROR
+    )  # checked at start-up since issue 12 (tests/test_write_failures.py)
+    result.stderr.fnmatch_lines(["ERROR: --genguard-report taken/report.html: */taken is a file, not a folder; *"])

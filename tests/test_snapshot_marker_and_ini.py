@@ -68,13 +68,15 @@ def test_a_class_marker_applies_and_the_method_marker_wins_per_key(recorded: pyt
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ("atoll=1e-3", "unknown argument 'atoll'; accepted: atol, rtol, tie_tol"),
+        ("atoll=1e-3", "unknown argument 'atoll'; accepted: atol, rtol, tie_tol, allow_nonfinite"),
         ("atol='tight'", "atol='tight' is not a number >= 0 (write e.g. atol=1e-4)"),
         ("rtol=-1.0", "rtol=-1.0 is not a number >= 0*"),
         ("tie_tol=True", "tie_tol=True is not a number >= 0*"),
-        ("1e-3", "takes keyword arguments only (atol=, rtol=, tie_tol=); got (0.001,)"),
+        ("atol=float('inf')", "atol=inf is infinite: it would accept any drift (write e.g. atol=1e-4)"),
+        ("allow_nonfinite='yes'", "allow_nonfinite='yes' is not True or False"),
+        ("1e-3", "takes keyword arguments only (atol=, rtol=, tie_tol=, allow_nonfinite=); got (0.001,)"),
     ],
-    ids=["unknown-key", "string", "negative", "bool", "positional"],
+    ids=["unknown-key", "string", "negative", "bool", "infinite", "allow-nonfinite-not-bool", "positional"],
 )
 def test_bad_marker_arguments_are_an_error_of_that_test_naming_the_marker(
     recorded: pytest.Pytester, args: str, message: str
@@ -90,4 +92,9 @@ def test_a_bad_ini_tolerance_is_a_usage_error(pytester: pytest.Pytester) -> None
     setup(pytester, ONE_TEST)
     pytester.makeini("[pytest]\ngenguard_rtol = tight\n")
     result = run(pytester)
-    result.stderr.fnmatch_lines(["*genguard_rtol = 'tight' is not a number; write e.g. genguard_rtol = 1e-5*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*genguard_rtol = 'tight' is not a number (in *tox.ini); a tolerance is a finite number >= 0: write "
+            "e.g. genguard_rtol = 1e-4, or remove it to use the dtype default"
+        ]
+    )

@@ -165,11 +165,22 @@ def test_fragile_steps_seen_while_recording_are_counted(pytester: pytest.Pyteste
     )
     # A subprocess: an in-process run would drop the extension modules (torch, numpy) it imports, and those cannot
     # be imported twice in one process.
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v")
     result.assert_outcomes(passed=1)
     steps = int(pytester.path.joinpath("steps.txt").read_text())
     lines = section(result.stdout.str())
-    assert f"fragile steps seen while recording: {steps} (top-1/top-2 margin under the tie " in lines[-1]
+    assert lines[0] == "no genguard checks ran"  # record() alone checks nothing
+    assert lines[1] == (
+        f"fragile steps seen while recording: {steps} in 1 test (top-1/top-2 margin under the tie tolerance: a tiny "
+        "numeric change can flip these tokens)"
+    )
+    # -v names them: the test, each prompt and step, and the margin
+    where = "; ".join(
+        f"prompt {i} {p!r} step {s} (margin 0)" for i, p in enumerate(["the quick", "a"]) for s in range(3)
+    )
+    assert lines[2:] == [
+        f"  test_fragile_steps_seen_while_recording_are_counted.py::test_record_on_exact_ties: {where}"
+    ]
 
 
 def test_the_rerecord_command_names_each_file_with_stale_snapshots_once() -> None:
@@ -189,3 +200,108 @@ def test_verify_and_reference_checks_get_their_own_lines() -> None:
         "reference comparisons: 1 checked, 1 failed",
     ]
     assert tally.fragile_steps == 2 and sum(tally.checks.values()) == 2
+
+
+@XDIST
+def test_with_v_every_count_names_its_tests(recorded: pytest.Pytester, xdist: list[str]) -> None:
+    result = recorded.runpytest("-p", "no:cacheprovider", "-v", *xdist)
+    lines = section(result.stdout.str())
+    assert lines[0] == "snapshots: 1 matched, 1 tolerated divergence, 1 stale, 1 regressed"
+    assert lines[1] == "  test_scenario.py::test_identical: identical (1 prompt, 3 steps, bitwise)"
+    assert lines[2].startswith("  test_scenario.py::test_tolerated: tolerated divergence: prompt 0 'the quick' ")
+    assert lines[3].startswith("  test_scenario.py::test_stale: stale: model changed: weights aaaaaaaaaaaa -> ")
+    assert lines[4].startswith("  test_scenario.py::test_regressed: regression: prompt 0 'the quick' diverges at ")
+    assert lines[5] == "invariants: 2 checked, 1 failed"
+    assert lines[6] == "  test_scenario.py::test_fine: assert_no_repetition: ok"
+    assert lines[7].startswith("  test_scenario.py::test_loop: assert_no_repetition: 1 repetition in 1 of 1 prompt")
+
+
+NEGATIVE_CONTROLS = """
+import pytest
+
+from pytest_genguard import assert_no_repetition
+from pytest_genguard.session import emit
+
+
+def test_the_invariant_catches_a_loop(make):
+    with pytest.raises(AssertionError, match="repeats"):
+        assert_no_repetition(make([5, 5, 5, 5, 5, 5, 0]))
+
+
+def test_a_regressed_trace_does_not_match(make, genguard_snapshot):
+    assert make([3, 4, 0]) == genguard_snapshot
+    assert not (make([3, 5, 0]) == genguard_snapshot(name="again"))  # (recorded in the first run)
+
+
+def test_fine(make):
+    assert_no_repetition(make([3, 4, 0]))
+"""
+
+
+@XDIST
+def test_an_all_passing_run_reports_no_failures_and_counts_expected_misses_apart(
+    pytester: pytest.Pytester, xdist: list[str]
+) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(
+        test_controls=NEGATIVE_CONTROLS.replace("assert not (make([3, 5, 0]) ==", "assert (make([3, 4, 0]) ==")
+    )
+    pytester.path.joinpath("phase.txt").write_text("record")
+    pytester.runpytest("-p", "no:cacheprovider", "--snapshot-update").assert_outcomes(passed=3)
+    pytester.makepyfile(test_controls=NEGATIVE_CONTROLS)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v", *xdist)
+    result.assert_outcomes(passed=3)
+    lines = section(result.stdout.str())
+    assert lines[0] == (
+        "snapshots: 1 matched, 0 tolerated divergences, 0 stale, 1 regressed (1 of them did not hold in tests that "
+        "passed: those tests expected it)"
+    )
+    assert lines[2].endswith("(did not hold; the test passed)")
+    invariants = lines.index(
+        "invariants: 2 checked, 0 failed, 1 did not hold in tests that passed (those tests expected it)"
+    )
+    assert lines[invariants + 1] == "  test_controls.py::test_fine: assert_no_repetition: ok"
+    assert lines[invariants + 2].startswith("  test_controls.py::test_the_invariant_catches_a_loop: assert_no_rep")
+    assert lines[invariants + 2].endswith("(did not hold; the test passed)")
+    assert not any(" failed, " in line and not line.startswith(("invariants", "  ")) for line in lines)
+
+
+UNREADABLE = """
+from conftest import build
+
+
+def test_unreadable(genguard_snapshot):
+    assert build([3, 4, 0]) == genguard_snapshot
+
+
+def test_missing(genguard_snapshot):
+    assert build([3, 4, 0]) == genguard_snapshot
+"""
+
+
+def test_unreadable_and_missing_snapshots_are_counted(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_files=UNREADABLE)
+    folder = pytester.path / "__snapshots__" / "test_files"
+    folder.mkdir(parents=True)
+    (folder / "test_unreadable.genguard").write_text('{"schema": 1, "prompts": [')  # truncated
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(failed=2)
+    lines = section(result.stdout.str())
+    assert lines[0] == "snapshots: 0 matched, 0 tolerated divergences, 0 stale, 0 regressed, 1 unreadable, 1 missing"
+    assert lines[1].startswith("  test_files.py::test_unreadable: __snapshots__/test_files/test_unreadable.genguard")
+    assert lines[2].startswith("  test_files.py::test_missing: genguard snapshot 'test_missing' does not exist")
+
+
+def test_a_failed_check_counts_as_failed_only_in_a_failed_test() -> None:
+    tally = session.Tally()
+    miss = {"kind": "verify", "verdict": "regression", "failure": True, "summary": "regression: ..."}
+    tally.add("t.py::negative_control", [miss], "passed")
+    tally.add("t.py::broken", [miss], "failed")
+    tally.add("t.py::xfail", [miss], "skipped")
+    tally.add("t.py::fine", [{"kind": "verify", "verdict": "identical", "failure": False}], "passed")
+    assert summary.counts_lines(tally) == [
+        "teacher-forced verifications: 4 checked, 1 failed, 2 did not hold in tests that passed (those tests "
+        "expected it)"
+    ]
+    assert [f["nodeid"] for f in tally.failures] == ["t.py::broken"]  # what the HTML report draws
