@@ -35,3 +35,7 @@ def params(*kernel_sets: str) -> list[object]:
         )
         for k in kernel_sets
     ]
+
+
+if __name__ == "__main__":  # .ci/run: the kernel sets this CPU can run, one per line
+    print("\n".join(k for k in _NEEDS if supported(k)))
