@@ -16,12 +16,12 @@ sample of every tensor is bitwise unchanged. Each layer catches what the others 
 - fused optimizers (`AdamW(fused=True)`, the Trainer's default on torch >= 2.8) write without bumping the version
   counter: every optimizer step is counted through torch's global optimizer step hook;
 - writes torch does not track at all (in place through `param.data`, whose alias gets a fresh version counter, or
-  through a numpy or DLPack view) are caught by the sample: one element of every row (the first column and the
-  diagonal) of each tensor of two or more dimensions and every element of vectors, compared bit for bit. So such a
-  write is seen when it touches a whole tensor (a LoRA merge's `weight.data += delta`, a hand-written SGD step on
-  `.data`, `weight.data.normal_()`), a row (an embedding row set through `.data`) or a column. A write of single
-  elements through `.data` away from the sample is not: call `pytest_genguard.fingerprint.forget_weights(model)`
-  after one. Checking every byte would cost what hashing costs.
+  through a numpy or DLPack view) are caught by the sample: every element of vectors and one element of every row
+  of larger tensors (on the diagonal when there are at least as many columns as rows, which samples every column
+  too; else in the first column), compared bit for bit. So such a write is seen when it touches a whole tensor (a
+  LoRA merge's `weight.data += delta`, a hand-written SGD step on `.data`, `weight.data.normal_()`) or a row (an
+  embedding row set through `.data`). A write of single elements through `.data` away from the sample is not: call
+  `pytest_genguard.fingerprint.forget_weights(model)` after one. Checking every byte would cost what hashing costs.
 
 Anything unusual (inference-mode tensors without a version counter, tensors without storage) is not cached: the
 weights are hashed on every call, as before.
@@ -30,6 +30,7 @@ weights are hashed on every call, as before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import weakref
 from collections.abc import Mapping
@@ -82,39 +83,50 @@ def _hook_optimizers() -> None:
         _hooked = True
 
 
+@functools.cache
+def _integers() -> dict[int, torch.dtype]:
+    """An integer dtype per element size: samples are compared as bits."""
+    import torch
+
+    return {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
 def _state(t: torch.Tensor) -> tuple[Any, ...]:
     return (t.data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape), t.stride(), t.device, t._version)
 
 
-def _sample_views(t: torch.Tensor) -> list[torch.Tensor]:
-    """Views of the sampled elements of `t` (no copy): every element of a vector, one per row of anything larger."""
-    t = t.detach()
+def _sample_view(t: torch.Tensor) -> torch.Tensor | None:
+    """A view of the sampled elements of `t` (no copy): a vector whole; of anything larger one element per row, on
+    the diagonal where there are at least as many columns as rows (so every column is sampled too), else in the
+    first column."""
+    dims = t.dim()
     if t.numel() == 0:
-        return []
-    if t.dim() == 0:
-        return [t.reshape(1)]
-    if t.dim() == 1:
-        return [t]
-    first_column = t[(slice(None),) + (0,) * (t.dim() - 1)]
-    diagonal = t.diagonal(0, 0, 1)[(0,) * (t.dim() - 2)]
-    return [first_column, diagonal]
+        return None
+    if dims == 1:
+        return t
+    if dims == 0:
+        return t.reshape(1)
+    if dims > 2:
+        t = t[(slice(None), slice(None)) + (0,) * (dims - 2)]
+    return t.diagonal() if t.shape[0] <= t.shape[1] else t.select(1, 0)
 
 
 def _samples(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """The sampled elements' bits: one gather per (device, dtype) group, on the device where the weights live."""
     import torch
 
-    groups: dict[tuple[str, torch.dtype], list[torch.Tensor]] = {}
-    for t in tensors:
-        views = _sample_views(t)
-        if views:
-            groups.setdefault((str(t.device), t.dtype), []).extend(views)
-    # Compared as integers of the element's width: bitwise, so NaN weights compare equal to themselves.
-    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-    out = []
-    for views in groups.values():
-        flat = torch.cat(views)
-        out.append(flat.view(as_int.get(flat.element_size(), torch.uint8)))
+    groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+    with torch.no_grad():  # views of parameters would otherwise each record an autograd node
+        for t in tensors:
+            view = _sample_view(t)
+            if view is not None:
+                groups.setdefault((t.device, t.dtype), []).append(view)
+        # Compared as integers of the element's width: bitwise, so NaN weights compare equal to themselves.
+        integers = _integers()
+        out = []
+        for views in groups.values():
+            flat = torch.cat(views)
+            out.append(flat.view(integers.get(flat.element_size(), torch.uint8)))
     return tuple(out)
 
 
