@@ -49,7 +49,8 @@ def apply_along_path(
     processors: Iterable[Any], logits: torch.Tensor, sequences: torch.Tensor, start: int
 ) -> torch.Tensor:
     """The scores `generate()` would have had at each step: `processors` applied in order to `logits` [B, T, V],
-    where step t saw the ids `sequences[:, : start + t]`. `logits` is left as it is."""
+    where step t saw the ids `sequences[:, : start + t]`. `logits` is left as it is: the processors here work on a
+    copy, some of them in place."""
     scores = logits.clone()
     for processor in processors:
         cls = type(processor)
@@ -79,19 +80,19 @@ def _step_by_step(processor: Any, scores: torch.Tensor, sequences: torch.Tensor,
     return torch.stack([processor(sequences[:, : start + t], scores[:, t].clone()) for t in range(steps)], dim=1)
 
 
-def _eos_mask(eos: Any, vocab: int, device: torch.device) -> torch.Tensor:
+def _mask_eos_where(scores: torch.Tensor, eos: Any, steps_masked: torch.Tensor) -> torch.Tensor:
+    """EOS at -inf at the steps where `steps_masked` [T] is true, as the length processors do (in place: `scores`
+    is this module's own copy)."""
     import torch
 
     ids = eos if isinstance(eos, torch.Tensor) else torch.tensor(eos if isinstance(eos, list) else [eos])
-    return torch.isin(torch.arange(vocab, device=device), ids.to(device))
-
-
-def _mask_eos_where(scores: torch.Tensor, eos: Any, steps_masked: torch.Tensor) -> torch.Tensor:
-    """EOS at -inf at the steps where `steps_masked` [T] is true, as the length processors do."""
-    import torch
-
-    mask = steps_masked.to(scores.device)[None, :, None] & _eos_mask(eos, scores.shape[-1], scores.device)[None, None]
-    return torch.where(mask, -math.inf, scores)
+    vocab = scores.shape[-1]
+    ids = ids.to(scores.device).reshape(-1)
+    ids = ids[(ids >= 0) & (ids < vocab)]  # isin() over the vocabulary: an id outside it masks nothing
+    steps = steps_masked.nonzero().reshape(-1).to(scores.device)
+    if len(ids) and len(steps):
+        scores[:, steps[:, None], ids[None, :]] = -math.inf
+    return scores
 
 
 def _min_length(processor: Any, scores: torch.Tensor, sequences: torch.Tensor, start: int) -> torch.Tensor:
@@ -121,7 +122,8 @@ def _ignored_prefix(processor: Any, batch: int) -> torch.Tensor:
 
 def _repetition_penalty(processor: Any, scores: torch.Tensor, sequences: torch.Tensor, start: int) -> torch.Tensor:
     """Every token already in the ids (from the skipped prefix on) is penalized: with each token's first position,
-    "seen before step t" is `first position < start + t`."""
+    "seen before step t" is `first position < start + t`. Only the columns of tokens that occur at all are touched
+    (in place: `scores` is this module's own copy)."""
     import torch
 
     batch, steps, vocab = scores.shape
@@ -132,17 +134,20 @@ def _repetition_penalty(processor: Any, scores: torch.Tensor, sequences: torch.T
     ids = torch.where(counted, sequences.clamp(max=vocab), vocab)  # skipped and out-of-vocabulary ids: a spare column
     first = torch.full((batch, vocab + 1), length, dtype=torch.long, device=device)
     first.scatter_reduce_(1, ids, positions.expand(batch, length), reduce="amin")
-    first = first[:, :vocab].to(scores.device)
+    occurring = (first[:, :vocab] < length).any(dim=0).nonzero().reshape(-1)
+    if not len(occurring):
+        return scores
+    first = first[:, occurring].to(scores.device)
+    occurring = occurring.to(scores.device)
     penalty = processor.penalty
-    chunk = max(1, _CHUNK_ELEMENTS // max(1, batch * vocab))
-    parts = []
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, batch * len(occurring)))
     for lo in range(0, steps, chunk):
         hi = min(steps, lo + chunk)
-        part = scores[:, lo:hi]
+        part = scores[:, lo:hi].index_select(2, occurring)
         seen = first[:, None, :] < (start + torch.arange(lo, hi, device=scores.device))[None, :, None]
         penalized = torch.where(part < 0, part * penalty, part / penalty)
-        parts.append(torch.where(seen, penalized, part))
-    return torch.cat(parts, dim=1)
+        scores[:, lo:hi].index_copy_(2, occurring, torch.where(seen, penalized, part))
+    return scores
 
 
 def _ngram_bans(ids: list[int], n: int, start: int, steps: int) -> Iterable[tuple[int, int]]:
@@ -164,7 +169,7 @@ def _ngram_bans(ids: list[int], n: int, start: int, steps: int) -> Iterable[tupl
 def _no_repeat_ngram(processor: Any, scores: torch.Tensor, sequences: torch.Tensor, start: int) -> torch.Tensor:
     import torch
 
-    batch, steps, vocab = scores.shape
+    steps, vocab = scores.shape[1], scores.shape[2]
     n = int(processor.ngram_size)
     rows: list[int] = []
     at: list[int] = []
@@ -178,10 +183,9 @@ def _no_repeat_ngram(processor: Any, scores: torch.Tensor, sequences: torch.Tens
     if not rows:
         return scores
     device = scores.device
-    banned = torch.zeros((batch, steps, vocab), dtype=torch.bool, device=device)
     index = (torch.tensor(rows, device=device), torch.tensor(at, device=device), torch.tensor(tokens, device=device))
-    banned[index] = True
-    return scores.masked_fill(banned, -math.inf)
+    scores[index] = -math.inf  # in place: `scores` is this module's own copy
+    return scores
 
 
 _BY_CLASS: dict[str, Callable[[Any, torch.Tensor, torch.Tensor, int], torch.Tensor]] = {
