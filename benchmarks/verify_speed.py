@@ -7,7 +7,8 @@ logits processor), then one processor each: `repetition_penalty=1.2`, `no_repeat
 verify() re-applies those processors to the teacher-forced logits of every step at once.
 
 The judged size is 240 tokens. "One forward pass is the limit": the plain greedy row is also timed against a bare
-forward pass over prompt + path (`model(input_ids)`, no cache), what verify() cannot go below.
+forward pass over prompt + path (`model(input_ids)`, no cache), what verify() cannot go below; and again on a
+26M-parameter llama (report only), where the forward pass is no longer tiny beside verify()'s fixed costs.
 """
 
 from __future__ import annotations
@@ -67,7 +68,19 @@ def _pair(model: Any, tokenizer: Any, n: int, pairs: int, **kwargs: Any) -> tupl
     return alternate(regenerate, teacher_forced, pairs), verdicts, teacher_forced, trace
 
 
-def _forward_limit(model: Any, trace: Any, teacher_forced: Any, pairs: int, judged: bool) -> Result:
+BIG: dict[str, Any] = {
+    "hidden_size": 512,
+    "intermediate_size": 1376,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+}
+"""A 26M-parameter llama (with the tiny tokenizer's vocabulary)."""
+
+
+def _forward_limit(
+    model: Any, trace: Any, teacher_forced: Any, pairs: int, judged: bool, label: str = "tiny llama"
+) -> Result:
     """verify() against the one forward pass it cannot avoid."""
     import torch
 
@@ -83,7 +96,7 @@ def _forward_limit(model: Any, trace: Any, teacher_forced: Any, pairs: int, judg
     n = len(p.steps)
     return Result(
         key="verify",
-        figure=f"verify() vs one bare forward pass, tiny llama, {n} tokens, plain greedy",
+        figure=f"verify() vs one bare forward pass, {label}, {n} tokens, plain greedy",
         target=f"≤ {FORWARD_LIMIT:g}× (the limit)" if judged else "report",
         spread=ratios,
         unit="×",
@@ -155,4 +168,19 @@ def run(smoke: bool) -> list[Result]:
             )
             if n == limit_at and variant == "plain greedy":
                 results.append(_forward_limit(model, trace, teacher_forced, 2 if smoke else 30, judged=not smoke))
+    if not smoke:
+        results.append(_big_forward_limit(tokenizer, TARGET_AT))
     return results
+
+
+def _big_forward_limit(tokenizer: Any, n: int) -> Result:
+    from pytest_genguard.record import record
+    from pytest_genguard.tiny import tiny_model
+    from pytest_genguard.verify import verify
+
+    big = without_eos(tiny_model("llama", max_position_embeddings=2048, **BIG), int(tokenizer.eos_token_id))
+    trace = record(big, tokenizer, [PROMPT], max_new_tokens=n)
+    params = sum(p.numel() for p in big.parameters())
+    return _forward_limit(
+        big, trace, lambda: verify(big, tokenizer, trace), 10, judged=False, label=f"{params / 1e6:.0f}M-param llama"
+    )
