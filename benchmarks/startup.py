@@ -134,7 +134,7 @@ def run(smoke: bool) -> list[Result]:
             target=f"≤ +{TARGET_MS:.0f} ms",
             spread=Spread(tuple(v + hooks_ms.median for v in import_ms.samples)),
             unit=" ms",
-            headline=f"+{added:.1f} ms (subprocesses: {diff_ms.median:+.0f} ± {1.25 * noise:.0f} ms)",
+            headline=f"{added:+.1f} ms (subprocesses: {diff_ms.median:+.0f} ± {1.25 * noise:.0f} ms)",
             met=added <= TARGET_MS,
             notes=notes,
             details=details,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.trace import JSONScalar, ModelFingerprint, TokenizerFingerprint
@@ -146,12 +147,43 @@ def config_hash(model: PreTrainedModel) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def weights_hash(model: PreTrainedModel) -> str:
-    """sha256 over every parameter and buffer as stored (name, dtype, shape, bytes); device independent."""
+def weights_hash(model: PreTrainedModel, *, cached: bool = True) -> str:
+    """sha256 over every parameter and buffer as stored (name, dtype, shape, bytes); device independent.
+
+    Hashing every weight costs as much as a decoding step of a large model, so the digest is computed once per model
+    state and reused (`pytest_genguard.weights_watch`): while no weight changed, a call costs a walk over the state dict
+    and no read of the weights. `cached=False` hashes every weight now (and refreshes the cache).
+    """
+    from pytest_genguard import weights_watch
+
+    state = model.state_dict(keep_vars=True)
+    if cached:
+        digest = weights_watch.lookup(model, state)
+        if digest is not None:
+            return digest
+    digest = state_dict_sha256(state)
+    weights_watch.remember(model, state, digest)
+    return digest
+
+
+def forget_weights(model: PreTrainedModel) -> None:
+    """Drop `model`'s cached weights hash: the next fingerprint hashes every weight again.
+
+    Needed only after changing a few weights in a way torch does not track (in place through `.data` or a numpy view,
+    away from the sampled elements: see `pytest_genguard.weights_watch`).
+    """
+    from pytest_genguard import weights_watch
+
+    weights_watch.forget(model)
+
+
+def state_dict_sha256(state: Mapping[str, Any]) -> str:
+    """The weights hash of a state dict: sha256 over its entries sorted by name, each as `name|dtype|shape|` and the
+    tensor's bytes. Reads every weight (copying each tensor to the host in turn)."""
     import torch
 
     digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
+    for name, tensor in sorted(state.items()):
         t = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         digest.update(t.reshape(-1).view(torch.uint8).numpy())  # the buffer itself: no copy of every weight

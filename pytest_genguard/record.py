@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard import inputs as checks
-from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step, float32
+from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step
 
 if TYPE_CHECKING:
     import torch
@@ -169,15 +169,19 @@ def _recording_state(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     import torch
 
     was_training = model.training
+    # Switching modes walks every module twice: skip it when nothing is in training mode (the usual case here).
+    switch = was_training or any(module.training for module in model.modules())
     old_side = tokenizer.padding_side
-    model.eval()
+    if switch:
+        model.eval()
     tokenizer.padding_side = padding_side
     try:
         with torch.no_grad():
             yield
     finally:
         tokenizer.padding_side = old_side
-        model.train(was_training)
+        if switch:
+            model.train(was_training)
 
 
 @contextlib.contextmanager
@@ -428,17 +432,18 @@ def _prompt_trace(
 ) -> PromptTrace:
     path: list[Step] = []
     finish = "length"
+    # The values come from float32 tensors (see _collect_steps), so each is a float32 already: no float32() rounding.
     for t, token_id in enumerate(generated[: len(steps)]):
         s = steps[t]
         path.append(
             Step(
                 token_id=int(token_id),
                 token=texts[int(token_id)],
-                logprob=float32(s["chosen_logprob"][b]),
-                score=float32(s["score"][b]),
-                top_ids=tuple(int(i) for i in s["top_ids"][b]),
-                top_logprobs=tuple(float32(v) for v in s["top_vals"][b]),
-                best_score=float32(s["best"][b]),
+                logprob=s["chosen_logprob"][b],
+                score=s["score"][b],
+                top_ids=tuple(s["top_ids"][b]),
+                top_logprobs=tuple(s["top_vals"][b]),
+                best_score=s["best"][b],
             )
         )
         if int(token_id) in eos:

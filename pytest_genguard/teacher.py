@@ -3,19 +3,21 @@
 For decoder-only models the batch is prompt + recorded path, left padded, with the attention mask and position ids
 `generate()` used; for encoder-decoder models the encoder runs once and ``decoder_input_ids`` = start token + path.
 The logits processors the recording used are rebuilt from `trace.settings` with transformers' public classes and
-re-applied step by step on those logits (no further forward passes). See `pytest_genguard.verify` for how the result
-is judged.
+re-applied to those logits, all steps at once (`pytest_genguard.forced_processors`; no further forward passes). See
+`pytest_genguard.verify` for how the result is judged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step, float32
+from pytest_genguard.forced_processors import apply_along_path
+from pytest_genguard.trace import GenerationTrace, JSONScalar, PromptTrace, Step
 
 if TYPE_CHECKING:
     import torch
@@ -59,12 +61,16 @@ def _inference(model: PreTrainedModel) -> Iterator[None]:
     import torch
 
     was_training = model.training
-    model.eval()
+    # Switching modes walks every module twice: skip it when nothing is in training mode (the usual case here).
+    switch = was_training or any(module.training for module in model.modules())
+    if switch:
+        model.eval()
     try:
         with torch.no_grad():
             yield
     finally:
-        model.train(was_training)
+        if switch:
+            model.train(was_training)
 
 
 def int_setting(value: JSONScalar, default: int) -> int:
@@ -247,7 +253,7 @@ def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: 
     positions = full_mask.cumsum(-1) - 1
     positions.masked_fill_(full_mask == 0, 1)  # as generate() does for left padding
     kwargs: dict[str, Any] = {}
-    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+    if _takes_logits_to_keep(model.forward):
         kwargs["logits_to_keep"] = steps + 1  # only the positions that predict a step (and the last token)
     out = model(
         input_ids=sequences[:, : longest + steps].to(device),
@@ -258,6 +264,20 @@ def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: 
     )
     logits = out.logits[:, -(steps + 1) : -1] if "logits_to_keep" in kwargs else out.logits[:, longest - 1 : -1]
     return _Batch(logits.float(), sequences, longest, mask)
+
+
+def _takes_logits_to_keep(forward: Any) -> bool:
+    """Whether the model's forward() takes `logits_to_keep` (memoized per forward function: `inspect.signature`
+    costs more than the rest of a tiny model's verify())."""
+    function = getattr(forward, "__func__", None)
+    if function is None:
+        return "logits_to_keep" in inspect.signature(forward).parameters
+    return _function_takes_logits_to_keep(function)
+
+
+@functools.lru_cache(maxsize=64)
+def _function_takes_logits_to_keep(function: Any) -> bool:
+    return "logits_to_keep" in inspect.signature(function).parameters
 
 
 def teacher_force(
@@ -304,30 +324,32 @@ def teacher_force_with_preferences(
             custom=list(logits_processor),
         )
         logits = batch.logits
-        if len(processors):
-            sequences = batch.sequences.to(logits.device)
-            processed = torch.stack(
-                [processors(sequences[:, : batch.start + t], logits[:, t].clone()) for t in range(steps)], dim=1
-            )
-        else:
-            processed = logits
+        sequences = batch.sequences.to(logits.device)
+        processed = apply_along_path(processors, logits, sequences, batch.start) if len(processors) else logits
         raw = torch.log_softmax(logits, dim=-1)
         top_vals, top_ids = raw.topk(min(top_k, raw.shape[-1]), dim=-1)
-        best_vals, best_ids = processed.max(dim=-1)
-        chosen = batch.sequences[:, batch.start :].to(logits.device).unsqueeze(-1)
+        argmax = processed.argmax(dim=-1, keepdim=True)  # as generate() picks a greedy token
+        chosen = sequences[:, batch.start :].unsqueeze(-1)
+        # One device->host transfer per field; the values are float32, as traces store them.
         values = {
             "logprob": raw.gather(-1, chosen).squeeze(-1).cpu().tolist(),
             "score": processed.gather(-1, chosen).squeeze(-1).cpu().tolist(),
-            "best": best_vals.cpu().tolist(),
-            "argmax": torch.argmax(processed, dim=-1).cpu().tolist(),
-            "argmax_logprob": raw.gather(-1, best_ids.unsqueeze(-1)).squeeze(-1).cpu().tolist(),
+            "best": processed.gather(-1, argmax).squeeze(-1).cpu().tolist(),
+            "argmax": argmax.squeeze(-1).cpu().tolist(),
+            "argmax_logprob": raw.gather(-1, argmax).squeeze(-1).cpu().tolist(),
             "top_vals": top_vals.cpu().tolist(),
             "top_ids": top_ids.cpu().tolist(),
         }
-    new_ids = [values["argmax"][b][t] for b, p in enumerate(trace.prompts) for t in range(len(p.steps))]
-    top = [i for b, p in enumerate(trace.prompts) for t in range(len(p.steps)) for i in values["top_ids"][b][t]]
-    texts = _token_texts(tokenizer, new_ids + top)
     prompt_ids = tokenizer([p.prompt for p in trace.prompts])["input_ids"]
+    preferred = {
+        values["argmax"][b][t]
+        for b, p in enumerate(trace.prompts)
+        for t, s in enumerate(p.steps)
+        if values["argmax"][b][t] != s.token_id
+    }
+    # Texts of the preferred tokens (greedy) and of every top-k id (the trace's token_texts), each id decoded once.
+    top = {i for b, p in enumerate(trace.prompts) for t in range(len(p.steps)) for i in values["top_ids"][b][t]}
+    texts = _token_texts(tokenizer, sorted(top | (preferred if greedy else set())))
     prompts = []
     preferences = []
     for b, p in enumerate(trace.prompts):
@@ -359,17 +381,20 @@ def _forced_prompt(
     steps: list[Step] = []
     finish = p.finish_reason
     preference = None
+    # The values come from float32 tensors (see teacher_force_with_preferences): float32 already, no re-rounding.
+    logprobs, scores, bests = values["logprob"][b], values["score"][b], values["best"][b]
+    top_ids, top_vals, argmax = values["top_ids"][b], values["top_vals"][b], values["argmax"][b]
     for t, recorded in enumerate(p.steps):
-        top = (tuple(int(i) for i in values["top_ids"][b][t]), tuple(float32(v) for v in values["top_vals"][b][t]))
-        best = float32(values["best"][b][t])
-        preferred = int(values["argmax"][b][t])
+        top = (tuple(top_ids[t]), tuple(top_vals[t]))
+        best = bests[t]
+        preferred = argmax[t]
         if greedy and preferred != recorded.token_id:
             # The model now prefers another token: re-generation would diverge here and nothing after counts.
             steps.append(
                 Step(
                     token_id=preferred,
                     token=texts.get(preferred, ""),
-                    logprob=float32(values["argmax_logprob"][b][t]),
+                    logprob=values["argmax_logprob"][b][t],
                     score=best,
                     top_ids=top[0],
                     top_logprobs=top[1],
@@ -382,7 +407,7 @@ def _forced_prompt(
                 recorded_id=recorded.token_id,
                 recorded_token=recorded.token,
                 recorded_logprob=recorded.logprob,
-                recorded_logprob_now=float32(values["logprob"][b][t]),
+                recorded_logprob_now=logprobs[t],
                 preferred_id=preferred,
                 preferred_token=steps[-1].token,
                 preferred_logprob=steps[-1].logprob,
@@ -393,8 +418,8 @@ def _forced_prompt(
             Step(
                 token_id=recorded.token_id,
                 token=recorded.token,
-                logprob=float32(values["logprob"][b][t]),
-                score=float32(values["score"][b][t]),
+                logprob=logprobs[t],
+                score=scores[t],
                 top_ids=top[0],
                 top_logprobs=top[1],
                 best_score=best,

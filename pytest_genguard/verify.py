@@ -1,7 +1,7 @@
 """`verify()`: re-check a recorded trace by teacher forcing instead of re-generating it.
 
 `pytest_genguard.teacher` computes what the model gives along the recorded paths (one forward pass per batch, the
-recorded logits processors re-applied step by step); the result, an "actual" `GenerationTrace` with the recorded
+recorded logits processors re-applied to all steps at once); the result, an "actual" `GenerationTrace` with the recorded
 structure, is compared with `compare()`.
 
 Semantics, chosen on purpose:
