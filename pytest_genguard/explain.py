@@ -220,12 +220,14 @@ def _steps_compared(cmp: Comparison) -> int:
 
 
 def _vocabulary(*traces: GenerationTrace) -> dict[int, str]:
-    """Token texts known from the chosen tokens of the traces (top-k entries carry ids only)."""
+    """Token texts known from the traces: their chosen tokens and the alternatives' `token_texts`."""
     vocab: dict[int, str] = {}
     for trace in traces:
         for p in trace.prompts:
             for s in p.steps:
                 vocab.setdefault(s.token_id, s.token)
+        for tid, text in trace.token_texts.items():
+            vocab.setdefault(tid, text)
     return vocab
 
 

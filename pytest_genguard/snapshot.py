@@ -150,8 +150,10 @@ def compare_texts(
     source: str = "snapshot",
     nodeid: str | None = None,
     options: str = "",
+    history_overrides: dict[str, float] | None = None,
 ) -> Outcome:
-    """Compare received snapshot text with stored snapshot text under the tolerant rule."""
+    """Compare received snapshot text with stored snapshot text under the tolerant rule. Recorder histories use the
+    training tolerance with `history_overrides` on top (None: `overrides`): the ini tolerances are about decoding."""
     from pytest_genguard.explain import render
 
     try:
@@ -168,7 +170,8 @@ def compare_texts(
         cmp = compare(expected, actual, **tolerance_kwargs(overrides))
         return Outcome(cmp.verdict.value, render(cmp, fix=fix_command(cmp.verdict.value, nodeid, options)), cmp)
     if isinstance(expected, list) and isinstance(actual, list):
-        return _compare_histories(expected, actual, overrides, nodeid, options)
+        training = overrides if history_overrides is None else history_overrides
+        return _compare_histories(expected, actual, training, nodeid, options)
     kinds = {True: "a GenerationTrace", False: "a recorder history"}
     detail = (
         f"stale: {source} holds {kinds[isinstance(expected, GenerationTrace)]} but the test now compares "
@@ -240,6 +243,7 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
 
     def __init__(self) -> None:
         self.overrides: dict[str, float] = {}
+        self.history_overrides: dict[str, float] | None = None  # the marker's alone (the fixture sets them)
         self.forced: bool | None = None  # set by GenguardSnapshot for an outcome decided elsewhere (verify())
         self.nodeid: str | None = None
         self.fix_options = ""  # options the fix commands need (per-env baselines: "--genguard-baselines per-env")
@@ -286,7 +290,13 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
         key = (received, stored)
         if key not in self._cache:
             self._cache[key] = compare_texts(
-                received, stored, self.overrides, source=source, nodeid=self.nodeid, options=self.fix_options
+                received,
+                stored,
+                self.overrides,
+                source=source,
+                nodeid=self.nodeid,
+                options=self.fix_options,
+                history_overrides=self.history_overrides,
             )
         return self._cache[key]
 
@@ -369,6 +379,7 @@ def genguard_snapshot_for(snapshot: SnapshotAssertion, request: pytest.FixtureRe
     from pytest_genguard.snapshot_fixture import GenguardSnapshot
 
     fixture = GenguardSnapshot(snapshot, request, tolerance_overrides(request))
+    fixture.extension.history_overrides = marker_tolerances(request.node)  # ini tolerances are about decoding
     fixture.allow_nonfinite = allows_nonfinite(request.node)
     return fixture
 

@@ -438,7 +438,10 @@ class GenguardSnapshot:
         if not isinstance(expected, GenerationTrace):
             raise TypeError(f"genguard_snapshot.verify(): {source} holds a recorder history; verify() checks traces")
         tol = tolerance_kwargs(self.overrides)
-        cmp: Comparison = verify_trace(model, tokenizer, expected, check_fingerprints=True, **tol)
+        processors = generate_kwargs.get("logits_processor") or ()  # the custom ones record() was given
+        cmp: Comparison = verify_trace(
+            model, tokenizer, expected, check_fingerprints=True, logits_processor=processors, **tol
+        )
         if can_record and cmp.verdict is not Verdict.STALE:
             requested = _requested(expected, prompts, max_new_tokens, top_k, seed, generate_kwargs)
             changed = compare(expected, requested, **tol)

@@ -185,3 +185,32 @@ def test_a_snapshot_recorded_with_other_custom_processors_is_stale(pytester: pyt
     result.stdout.fnmatch_lines(["*stale: decoding settings changed: logits_processor 'Halve' -> 'Double'*"])
     run(pytester, "--genguard-update-stale").assert_outcomes(passed=1)
     assert '"logits_processor": "Double"' in snapshot.read_text(encoding="utf-8")
+
+
+VERIFY_PROJECT = """
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from pytest_genguard import tiny_model, tiny_tokenizer
+
+
+class Halve(LogitsProcessor):
+    def __call__(self, input_ids, scores):
+        return scores / 2
+
+
+def test_verified(genguard_snapshot):
+    processors = LogitsProcessorList([Halve()])
+    genguard_snapshot.verify(
+        tiny_model("gpt2"), tiny_tokenizer(), ["the quick"], max_new_tokens=4, logits_processor=processors
+    )
+"""
+
+
+def test_the_snapshot_fixtures_verify_re_applies_the_custom_processors_it_recorded_with(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_verify_custom=VERIFY_PROJECT)
+    run(pytester, "--snapshot-update").assert_outcomes(passed=1)
+    snapshot = pytester.path / "__snapshots__" / "test_verify_custom" / "test_verified.genguard"
+    assert '"logits_processor": "Halve"' in snapshot.read_text(encoding="utf-8")
+    run(pytester).assert_outcomes(passed=1)  # teacher-forced with the same processor: not "cannot rebuild"

@@ -271,3 +271,23 @@ def test_any_explanation_is_printable_utf8_with_a_one_line_summary(a: Generation
         text.encode("utf-8")
         assert text.split("\n")[0] == summary_line(cmp)
         assert not any(c in summary_line(cmp) for c in "\r\n\x85\u2028\u2029")
+
+
+def test_alternatives_no_step_chose_are_named_from_the_traces_token_texts() -> None:
+    cmp = regression()
+    assert "#6:" in "\n".join(render(cmp).splitlines())  # id 6 is never chosen: only its id is known ...
+    named = dataclasses.replace(cmp.expected, token_texts={6: " sixth"})
+    text = render(compare(named, cmp.actual))
+    assert "' sixth':" in text and "#6:" not in text  # ... until the trace carries its text
+
+
+def test_the_second_line_says_which_environment_fields_moved_before_any_number() -> None:
+    old = trace(PATH, environment={"cpu_capability": "AVX2", "transformers": "4.57.6", "torch": "2.13.0"})
+    new = trace(changed(3, step([(5, -0.02), (6, -2.0), (2, -3.0)])))
+    new = dataclasses.replace(
+        new, environment={"cpu_capability": "AVX512", "transformers": "5.23.0", "torch": "2.13.0"}
+    )
+    lines = render(compare(old, new)).splitlines()
+    assert lines[1] == "recorded on AVX2 / transformers 4.57.6, now AVX512 / transformers 5.23.0"
+    same = render(compare(old, dataclasses.replace(new, environment=old.environment))).splitlines()
+    assert not same[1].startswith("recorded on")

@@ -92,3 +92,26 @@ def test_a_training_loss_beyond_tolerance_is_a_regression(recorded: pytest.Pytes
             "loss 1.25 -> 1.3",
         ]
     )
+
+
+def test_histories_use_the_training_tolerance_with_the_marker_on_top_not_the_ini_tolerances(
+    recorded: pytest.Pytester,
+) -> None:
+    # 0.01 of drift: beyond float32 tolerances, within the training tolerance (atol 0.02, rtol 0.1).
+    set_variants(recorded, **{"test_history.1": {"drift": 0.01}})
+    run(recorded, "-k", "test_history").assert_outcomes(passed=1, deselected=1)
+    # The ini tolerances are about decoding: tightening them does not tighten a history's comparison ...
+    recorded.makeini("[pytest]\ngenguard_atol = 0\ngenguard_rtol = 0\n")
+    run(recorded, "-k", "test_history").assert_outcomes(passed=1, deselected=1)
+    # ... the test's own marker does.
+    test_file = recorded.path / "test_gen.py"
+    text = test_file.read_text()
+    test_file.write_text(
+        text.replace(
+            "def test_history(genguard_snapshot):",
+            "import pytest\n\n\n@pytest.mark.genguard(atol=0, rtol=0)\ndef test_history(genguard_snapshot):",
+        )
+    )
+    result = run(recorded, "-k", "test_history")
+    result.assert_outcomes(failed=1, deselected=1)
+    result.stdout.fnmatch_lines(["E  *  regression: 2 checkpoints, * (training tolerance: logprobs atol 0, rtol 0, *"])
