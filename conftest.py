@@ -1,4 +1,7 @@
-"""Root conftest: the project's own tests drive the plugin through pytester."""
+"""Root conftest: settings every test process needs (the project's tests, the examples, pytester subprocesses).
+
+Each tier under tests/ (core, hf, plugin, project) has its own conftest with what its tests share.
+"""
 
 import os
 
@@ -6,9 +9,5 @@ import os
 # models ~8x slower there. Set before torch is first imported; xdist workers and pytester subprocesses inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-# hypothesis' pytest plugin imports hypothesis at the end of every session. pytester's in-process runs restore
-# sys.modules afterwards, so unless hypothesis is already imported out here each in-process run imports it again
-# (measured: 7.4 s -> 0.5 s for a one-test pytester run on 2 busy cores).
-import hypothesis  # noqa: F401
-
+# The plugin tests (and some hf tests) drive pytest itself; a top-level conftest is the only place pytest accepts this.
 pytest_plugins = ["pytester"]

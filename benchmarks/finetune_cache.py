@@ -3,8 +3,8 @@
 A fresh process per call keeps imports and in-process memos out of the other side's figure. The child reports the
 time of `import torch, transformers`, of the first use of the model code the default model needs (transformers loads
 `models.gpt2` etc. lazily, and that pulls in torch._dynamo, torch.distributed.tensor and sympy: it is paid once by
-any process that builds a model, genguard or not), of importing pytest_genguard.finetune, and of the `finetune()` call
-itself. The headline is the call alone; the call with all those imports and the whole process's wall time are given
+any process that builds a model, genguard or not), of importing pytest_genguard.hf.finetune, and of the `finetune()`
+call itself. The headline is the call alone; the call with all those imports and the whole process's wall time are given
 too. (`--smoke` runs both calls in its own process: it checks the code, not the fairness.)
 """
 
@@ -46,7 +46,7 @@ def measure(cache_dir: str, steps: int | None, calls: int, profile_to: str | Non
     from transformers import LlamaConfig, T5Config  # noqa: F401  (tiny._config imports them whatever the arch)
 
     t2 = time.perf_counter()
-    from pytest_genguard.finetune import finetune
+    from pytest_genguard.hf.finetune import finetune
 
     t3 = time.perf_counter()
     profiler: Any = None
@@ -160,7 +160,7 @@ def run(smoke: bool) -> list[Result]:
             f"- import torch, transformers: {imports.text('{:.3f}')}; first use of the model code (GPT2 config and "
             f"model, Trainer callbacks and arguments, Llama/T5 configs): {models.text('{:.3f}')}, of which the "
             f"Llama and T5 configs that `tiny._config` imports for any arch: {others.text('{:.3f}')}; "
-            f"import pytest_genguard.finetune: {ours.text('{:.3f}')}",
+            f"import pytest_genguard.hf.finetune: {ours.text('{:.3f}')}",
             f"- call + imports: {with_import.text('{:.3f}')}; whole subprocess (interpreter start included): "
             f"{wall.text('{:.3f}')}",
             f"- default model: gpt2, {'2 (smoke)' if smoke else 'default'} steps",

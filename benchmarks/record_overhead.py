@@ -6,7 +6,7 @@ its post-processing (top-k, tolist, token texts, model/tokenizer fingerprints, e
 - the default tiny GPT-2, the four shipped probe prompts, 24 new tokens;
 - a 12-layer, 768-wide GPT-2 built from a config (86M parameters), two probe prompts, 8 new tokens: what record()
   adds must not grow with the model. Its weights fingerprint (sha256 of every weight) costs about a decoding step of
-  such a model, so it is computed once per model state and reused (`pytest_genguard.weights_watch`); a third row
+  such a model, so it is computed once per model state and reused (`pytest_genguard.hf.weights_watch`); a third row
   times one fingerprint against hashing every weight and counts the full hashes during the timed record() calls.
 
 The breakdown times record()'s own parts alone so that a miss names its cause.
@@ -28,7 +28,7 @@ class HashCounter:
     """Counts the fingerprint hashes that read every weight (`fingerprint.state_dict_sha256`) while installed."""
 
     def __init__(self) -> None:
-        from pytest_genguard import fingerprint
+        from pytest_genguard.hf import fingerprint
 
         self.module = fingerprint
         self.real: Callable[..., str] = fingerprint.state_dict_sha256
@@ -51,9 +51,9 @@ def _measure(
 ) -> tuple[Result, int]:
     import torch
 
-    from pytest_genguard.environment import environment
-    from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
-    from pytest_genguard.record import record
+    from pytest_genguard.hf.environment import environment
+    from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
+    from pytest_genguard.hf.record import record
 
     def recorded() -> Any:
         return record(model, tokenizer, prompts, max_new_tokens=new_tokens, top_k=5)
@@ -124,7 +124,7 @@ def _measure(
 
 def _fingerprint_row(model: Any, label: str, full_hashes: int, calls: int, smoke: bool) -> Result:
     """One model_fingerprint() call of an unchanged model against hashing every weight."""
-    from pytest_genguard.fingerprint import model_fingerprint, state_dict_sha256
+    from pytest_genguard.hf.fingerprint import model_fingerprint, state_dict_sha256
 
     n = 2 if smoke else 7
     remembered = repeat(lambda: model_fingerprint(model), 3 * n)
@@ -152,7 +152,7 @@ def _fingerprint_row(model: Any, label: str, full_hashes: int, calls: int, smoke
 
 
 def run(smoke: bool) -> list[Result]:
-    from pytest_genguard.tiny import probe_prompts, tiny_model, tiny_tokenizer
+    from pytest_genguard.hf.tiny import probe_prompts, tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     prompts = probe_prompts()

@@ -62,8 +62,8 @@ def _train(with_recorder: bool, steps: int) -> tuple[float, Any, int, float]:
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    from pytest_genguard.recorder import GenerationRecorder
-    from pytest_genguard.tiny import finetune_texts, probe_prompts, tiny_model, tiny_tokenizer
+    from pytest_genguard.hf.recorder import GenerationRecorder
+    from pytest_genguard.hf.tiny import finetune_texts, probe_prompts, tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     model = tiny_model("gpt2")

@@ -28,7 +28,7 @@ _FIELD = re.compile(r'"(\w+)": (\[[^\]]*\]|"(?:[^"\\]|\\.)*"|[^,}]+)')
 
 
 def _nudged(trace: Any) -> Any:
-    from pytest_genguard.trace import float32
+    from pytest_genguard.core.trace import float32
 
     def step(s: Any) -> Any:
         return dataclasses.replace(
@@ -42,17 +42,17 @@ def _nudged(trace: Any) -> Any:
 
 
 def _trace(steps: int) -> Any:
-    from pytest_genguard.record import record
-    from pytest_genguard.tiny import tiny_model, tiny_tokenizer
+    from pytest_genguard.hf.record import record
+    from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 
     model = tiny_model("llama", max_position_embeddings=2048)
     return record(model, tiny_tokenizer(), ["the quick"], max_new_tokens=steps, min_new_tokens=steps, top_k=5)
 
 
 def run_compare(smoke: bool) -> list[Result]:
-    from pytest_genguard.compare import compare
-    from pytest_genguard.snapshot import compare_texts
-    from pytest_genguard.trace import GenerationTrace, format_float
+    from pytest_genguard.core.compare import compare
+    from pytest_genguard.core.trace import GenerationTrace, format_float
+    from pytest_genguard.plugin.snapshot import compare_texts
 
     steps = 20 if smoke else STEPS
     n = 2 if smoke else 25
@@ -125,9 +125,9 @@ def _field_bytes(text: str) -> tuple[int, dict[str, float]]:
 
 def _finetuned_bytes_per_step() -> str:
     """Bytes per step of the default fine-tuned model's probe trace (sharp distributions: different digits)."""
-    from pytest_genguard.finetune import finetune
-    from pytest_genguard.record import record
-    from pytest_genguard.tiny import probe_prompts
+    from pytest_genguard.hf.finetune import finetune
+    from pytest_genguard.hf.record import record
+    from pytest_genguard.hf.tiny import probe_prompts
 
     with tempfile.TemporaryDirectory(prefix="genguard-bench-size-") as cache:
         tuned = finetune("gpt2", cache_dir=cache, progress=False)

@@ -16,7 +16,7 @@ from benchmarks.harness import Result, Spread, child_env, loadavg
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = 180.0
-SMOKE_SELECTION = ("tests/test_import_cost.py", "-k", "unknown_attribute")
+SMOKE_SELECTION = ("tests/plugin/test_import_cost.py", "-k", "unknown_attribute")
 
 
 def run(smoke: bool) -> list[Result]:

@@ -50,9 +50,9 @@ def _kwargs(variant: str, n: int) -> dict[str, Any]:
 
 def _pair(model: Any, tokenizer: Any, n: int, pairs: int, **kwargs: Any) -> tuple[Paired, str, Any, Any]:
     """Alternating timings (re-record, verify) for an n-step trace, the verdicts, verify itself and the trace."""
-    from pytest_genguard.compare import compare
-    from pytest_genguard.record import record
-    from pytest_genguard.verify import verify
+    from pytest_genguard.core.compare import compare
+    from pytest_genguard.hf.record import record
+    from pytest_genguard.hf.verify import verify
 
     trace = record(model, tokenizer, [PROMPT], max_new_tokens=n, **kwargs)
     if len(trace.prompts[0].steps) != n:
@@ -115,7 +115,7 @@ def _forward_limit(
 
 
 def run(smoke: bool) -> list[Result]:
-    from pytest_genguard.tiny import tiny_model, tiny_tokenizer
+    from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     model = without_eos(tiny_model("llama", max_position_embeddings=2048), int(tokenizer.eos_token_id))
@@ -174,9 +174,9 @@ def run(smoke: bool) -> list[Result]:
 
 
 def _big_forward_limit(tokenizer: Any, n: int) -> Result:
-    from pytest_genguard.record import record
-    from pytest_genguard.tiny import tiny_model
-    from pytest_genguard.verify import verify
+    from pytest_genguard.hf.record import record
+    from pytest_genguard.hf.tiny import tiny_model
+    from pytest_genguard.hf.verify import verify
 
     big = without_eos(tiny_model("llama", max_position_embeddings=2048, **BIG), int(tokenizer.eos_token_id))
     trace = record(big, tokenizer, [PROMPT], max_new_tokens=n)

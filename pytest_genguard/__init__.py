@@ -1,53 +1,56 @@
 """pytest-genguard: regression tests for what Hugging Face models generate.
 
 The public API is loaded lazily (PEP 562): importing the package, which pytest does in every project where the plugin
-is installed, costs no torch or transformers import until a name that needs them is used.
+is installed, costs no torch or transformers import until a name that needs them is used. The code lives in three
+tiers (see CONTRIBUTING.md): `pytest_genguard.core` (standard library only), `pytest_genguard.hf` (torch and
+transformers) and `pytest_genguard.plugin` (pytest and syrupy). No public name is also a submodule of this package,
+so ``pytest_genguard.record`` is always the function and ``pytest_genguard.hf.record`` the module.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     # torch-free data core
-    "GenerationTrace": "trace",
-    "PromptTrace": "trace",
-    "Step": "trace",
-    "ModelFingerprint": "trace",
-    "TokenizerFingerprint": "trace",
-    "TraceFormatError": "trace",
-    "compare": "compare",
-    "Comparison": "compare",
-    "Tolerances": "compare",
-    "Verdict": "compare",
-    "tolerances_for": "compare",
-    "EXACT": "compare",
-    "assert_no_repetition": "repetition",
-    "assert_well_formed": "repetition",
-    "Checkpoint": "history",
-    "RecorderHistory": "history",
-    "GenguardTrainingWarning": "history",
+    "GenerationTrace": "core.trace",
+    "PromptTrace": "core.trace",
+    "Step": "core.trace",
+    "ModelFingerprint": "core.trace",
+    "TokenizerFingerprint": "core.trace",
+    "TraceFormatError": "core.trace",
+    "compare": "core.compare",
+    "Comparison": "core.compare",
+    "Tolerances": "core.compare",
+    "Verdict": "core.compare",
+    "tolerances_for": "core.compare",
+    "EXACT": "core.compare",
+    "assert_no_repetition": "core.repetition",
+    "assert_well_formed": "core.repetition",
+    "Checkpoint": "core.history",
+    "RecorderHistory": "core.history",
+    "GenguardTrainingWarning": "core.history",
     # torch side
-    "tiny_tokenizer": "tiny",
-    "tiny_model": "tiny",
-    "record": "record",
-    "verify": "verify",
-    "model_fingerprint": "fingerprint",
-    "tokenizer_fingerprint": "fingerprint",
-    "GenerationRecorder": "recorder",
-    "GenguardCacheWarning": "cache",
-    "finetune": "finetune",
-    "FineTuned": "finetune",
-    "assert_deterministic": "invariants",
-    "assert_batch_invariant": "invariants",
-    "assert_cache_invariant": "invariants",
-    "assert_continuation_consistent": "invariants",
-    "assert_processor_contract": "processors",
+    "tiny_tokenizer": "hf.tiny",
+    "tiny_model": "hf.tiny",
+    "record": "hf.record",
+    "verify": "hf.verify",
+    "model_fingerprint": "hf.fingerprint",
+    "tokenizer_fingerprint": "hf.fingerprint",
+    "GenerationRecorder": "hf.recorder",
+    "GenguardCacheWarning": "hf.cache",
+    "finetune": "hf.finetune",
+    "FineTuned": "hf.finetune",
+    "assert_deterministic": "hf.invariants",
+    "assert_batch_invariant": "hf.invariants",
+    "assert_cache_invariant": "hf.invariants",
+    "assert_continuation_consistent": "hf.invariants",
+    "assert_processor_contract": "hf.processors",
+    # hypothesis strategies (a module)
+    "strategies": "",
 }
 
 __all__ = [
@@ -89,12 +92,15 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "strategies":
-        return importlib.import_module("pytest_genguard.strategies")
-    module = _EXPORTS.get(name)
-    if module is None:
+    """Import the module that defines `name` on first use (PEP 562) and keep the value."""
+    if name not in _EXPORTS:
         raise AttributeError(f"module 'pytest_genguard' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"pytest_genguard.{module}"), name)
+    module = _EXPORTS[name]
+    value = (
+        importlib.import_module(f"{__name__}.{name}")
+        if not module
+        else getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    )
     globals()[name] = value
     return value
 
@@ -103,38 +109,12 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-class _PublicAPI(types.ModuleType):
-    """Keeps `pytest_genguard.record`, `.verify`, `.compare`, ... the functions: importing the submodule of the same
-    name (``from pytest_genguard.verify import ...``) would otherwise set the attribute to the module."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _EXPORTS.get(name) == name:
-            return  # the submodule stays in sys.modules; the attribute comes from __getattr__
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _PublicAPI
-
-
 if TYPE_CHECKING:
     from pytest_genguard import strategies as strategies
-    from pytest_genguard.cache import GenguardCacheWarning
-    from pytest_genguard.compare import EXACT, Comparison, Tolerances, Verdict, compare, tolerances_for
-    from pytest_genguard.finetune import FineTuned, finetune
-    from pytest_genguard.fingerprint import model_fingerprint, tokenizer_fingerprint
-    from pytest_genguard.history import Checkpoint, GenguardTrainingWarning, RecorderHistory
-    from pytest_genguard.invariants import (
-        assert_batch_invariant,
-        assert_cache_invariant,
-        assert_continuation_consistent,
-        assert_deterministic,
-    )
-    from pytest_genguard.processors import assert_processor_contract
-    from pytest_genguard.record import record
-    from pytest_genguard.recorder import GenerationRecorder
-    from pytest_genguard.repetition import assert_no_repetition, assert_well_formed
-    from pytest_genguard.tiny import tiny_model, tiny_tokenizer
-    from pytest_genguard.trace import (
+    from pytest_genguard.core.compare import EXACT, Comparison, Tolerances, Verdict, compare, tolerances_for
+    from pytest_genguard.core.history import Checkpoint, GenguardTrainingWarning, RecorderHistory
+    from pytest_genguard.core.repetition import assert_no_repetition, assert_well_formed
+    from pytest_genguard.core.trace import (
         GenerationTrace,
         ModelFingerprint,
         PromptTrace,
@@ -142,4 +122,17 @@ if TYPE_CHECKING:
         TokenizerFingerprint,
         TraceFormatError,
     )
-    from pytest_genguard.verify import verify
+    from pytest_genguard.hf.cache import GenguardCacheWarning
+    from pytest_genguard.hf.finetune import FineTuned, finetune
+    from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
+    from pytest_genguard.hf.invariants import (
+        assert_batch_invariant,
+        assert_cache_invariant,
+        assert_continuation_consistent,
+        assert_deterministic,
+    )
+    from pytest_genguard.hf.processors import assert_processor_contract
+    from pytest_genguard.hf.record import record
+    from pytest_genguard.hf.recorder import GenerationRecorder
+    from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+    from pytest_genguard.hf.verify import verify

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from pytest_genguard.trace import GenerationTrace, TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -72,7 +72,7 @@ def load_document(path: Path) -> Document:
     text = _read_text(path)
     try:
         if '"genguard_history"' in text[:200]:
-            from pytest_genguard.history import history_from_json
+            from pytest_genguard.core.history import history_from_json
 
             history = history_from_json(text, source=str(path))
             labelled = tuple((_checkpoint_label(i, c.step, c.event, c.loss), c.trace) for i, c in enumerate(history))
@@ -106,7 +106,7 @@ def _fmt(value: float, digits: int = 4) -> str:
 
 
 def _tie_tol(trace: GenerationTrace) -> float:
-    from pytest_genguard.compare import BFLOAT16, tolerances_for
+    from pytest_genguard.core.compare import BFLOAT16, tolerances_for
 
     try:
         return tolerances_for(trace.dtype).tie_tol
@@ -119,8 +119,8 @@ def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, t
     from rich.table import Table
     from rich.text import Text
 
-    from pytest_genguard.explain import quote
-    from pytest_genguard.report_html import clean, display_token
+    from pytest_genguard.core.explain import quote
+    from pytest_genguard.plugin.report_html import clean, display_token
 
     tie_tol = _tie_tol(trace)
     meta = [("model", f"{trace.model.short()} ({trace.model.dtype})" if trace.model else "(not recorded)")]
@@ -196,7 +196,7 @@ def diff(
     stream: IO[str] | None = None,
 ) -> int:
     """Compare two trace (or history) files with the rule the tests use; print the pytest failure text."""
-    from pytest_genguard.compare import compare
+    from pytest_genguard.core.compare import compare
 
     expected = load_document(expected_path)
     actual = load_document(actual_path)
@@ -208,7 +208,7 @@ def diff(
         )
     try:
         if expected.is_history:
-            from pytest_genguard.snapshot import compare_texts
+            from pytest_genguard.plugin.snapshot import compare_texts
 
             overrides = {k: v for k, v in (("atol", atol), ("rtol", rtol), ("tie_tol", tie_tol)) if v is not None}
             outcome = compare_texts(actual.text, expected.text, overrides, source=str(expected_path))
@@ -249,8 +249,8 @@ def find_trace_files(folder: Path) -> list[Path]:
 
 def report(folder: Path, output: Path, *, stream: IO[str] | None = None) -> int:
     """Render every trace file under `folder` into one HTML file; unreadable traces are listed and fail the command."""
-    from pytest_genguard.files import atomic_write_text
-    from pytest_genguard.report_html import TraceFile, render_trace_files
+    from pytest_genguard.core.files import atomic_write_text
+    from pytest_genguard.plugin.report_html import TraceFile, render_trace_files
 
     if not folder.exists():
         raise CliError(f"{folder}: no such folder")

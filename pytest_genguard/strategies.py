@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .trace import (
+from pytest_genguard.core.trace import (
     FINISH_REASONS,
     GenerationTrace,
     JSONScalar,
@@ -268,7 +268,7 @@ def load_profile(name: str = PROFILE) -> None:
 
 
 def _corpus_words() -> list[str]:
-    from .tiny import corpus_texts
+    from pytest_genguard.hf.tiny import corpus_texts
 
     words = {w.strip(".,;:!?\"'") for text in corpus_texts() for w in text.split()}
     return sorted(w for w in words if w)

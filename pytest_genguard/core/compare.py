@@ -1,0 +1,615 @@
+"""The comparison rule: is a new `GenerationTrace` the same decoding behaviour as a recorded one?
+
+The rule combines what vLLM, Hugging Face and TGI learned (see DESIGN.md, "Divergence rule"):
+
+- token ids must match exactly, step by step (and one id must decode to the same token text);
+- where they match, the chosen token's raw logprob, its processed score and the raw top-k (as a map id -> logprob)
+  must agree within ``atol + rtol * max(|a|, |b|)``; a token in only one side's top-k is fine when its logprob is within
+  that tolerance of the other side's k-th value (it just crossed the edge of the list); NaN equals NaN, inf equals inf;
+- at the first differing token id the paths split: a *near tie* (each side's token in the other's top-k and both
+  logprob gaps, taken as magnitudes, at most ``tie_tol``) is a tolerated divergence, anything else a regression;
+  nothing after the split is compared;
+- different lengths or finish reasons over an agreeing path, or the same prompt text tokenized to different ids, are
+  regressions;
+- a changed model, tokenizer, decoding settings or prompt list makes the recorded trace *stale*, not regressed.
+
+Every part is symmetric (``compare(a, b)`` and ``compare(b, a)`` give the same verdict) and monotone in the
+tolerances (a pass stays a pass under looser ones); the tests check both as properties. `PromptTrace.text` (the
+decoded text) is derived from the ids and not compared.
+
+Pure standard library: `import pytest_genguard.core.compare` never imports torch.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pytest_genguard.core.trace import GenerationTrace, JSONScalar, ModelFingerprint, PromptTrace, Step
+
+DivergenceKind = Literal["token", "logprob", "topk", "length", "finish_reason", "prompt"]
+
+
+# ---------------------------------------------------------------------------------------------------- tolerances
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """How far two traces may drift and still count as the same behaviour.
+
+    `atol`/`rtol` bound each logprob/score difference: ``|a - b| <= atol + rtol * max(|a|, |b|)`` (symmetric, unlike
+    numpy's ``rtol * |b|``, so that ``compare(a, b)`` and ``compare(b, a)`` agree). `tie_tol` bounds the logprob gap
+    between the two tokens at a split for it to count as a near tie; ``tie_tol=0`` tolerates no split at all.
+    """
+
+    atol: float
+    rtol: float
+    tie_tol: float
+
+    def __post_init__(self) -> None:
+        for name in ("atol", "rtol", "tie_tol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"Tolerances: {name} must be a number >= 0, got {value!r}")
+
+    def replace(
+        self, *, atol: float | None = None, rtol: float | None = None, tie_tol: float | None = None
+    ) -> Tolerances:
+        """A copy with the given fields overridden (None keeps the current value)."""
+        return Tolerances(
+            atol=self.atol if atol is None else atol,
+            rtol=self.rtol if rtol is None else rtol,
+            tie_tol=self.tie_tol if tie_tol is None else tie_tol,
+        )
+
+    def loosest(self, other: Tolerances) -> Tolerances:
+        """Field-wise maximum: the tolerance for comparing traces recorded in two different dtypes."""
+        return Tolerances(max(self.atol, other.atol), max(self.rtol, other.rtol), max(self.tie_tol, other.tie_tol))
+
+    def allowed(self, a: float, b: float) -> float:
+        """The largest |a - b| accepted for this pair of finite values."""
+        return self.atol + self.rtol * max(abs(a), abs(b))
+
+    def close(self, a: float, b: float) -> bool:
+        """Whether two values agree: equal (NaN equals NaN, inf equals inf), or finite and within tolerance."""
+        if same(a, b):
+            return True
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return False
+        return abs(a - b) <= self.allowed(a, b)
+
+    def __str__(self) -> str:
+        return f"atol {self.atol:g}, rtol {self.rtol:g}, tie_tol {self.tie_tol:g}"
+
+
+EXACT = Tolerances(0.0, 0.0, 0.0)
+"""Bitwise comparison, for reruns within one environment (deterministic settings on one machine)."""
+
+FLOAT32 = Tolerances(atol=1e-6, rtol=1e-4, tie_tol=1e-3)
+FLOAT16 = Tolerances(atol=5e-3, rtol=5e-3, tie_tol=0.06)
+BFLOAT16 = Tolerances(atol=1e-2, rtol=1e-2, tie_tol=0.1)
+
+TRAINING = Tolerances(atol=0.02, rtol=0.1, tie_tol=0.5)
+"""For traces recorded *during training* (a recorder history), compared across machines: training amplifies the
+rounding of the CPU's kernels. Measured (torch 2.13, transformers 5.23): genguard's default recipes, seeds 0-2,
+trained under the AVX2 and the scalar kernel sets, keep the same token paths at every checkpoint with logprobs
+apart by at most 0.13 in absolute and 2.5% in relative terms (t5; gpt2 0.068 / 2.5%; llama 0.001 / 0.02%). rtol
+0.1 is four times the worst relative drift, atol 0.02 covers logprobs near 0, and tie_tol follows the dtype rule
+(twice the band of a logprob near -5, rounded down: a split that close is rounding, not training)."""
+TRAINING_LOSS = Tolerances(atol=1e-3, rtol=2e-2, tie_tol=0.0)
+"""For the training loss a recorder history logs: measured apart by at most 4.4e-4 absolute and 0.36% relative
+under the same kernel sets (2x and 5x margins). Also covers transformers 4.5x logging the loss rounded to 4 digits."""
+
+_DTYPE_ALIASES: dict[str, Tolerances] = {
+    **dict.fromkeys(("float32", "fp32", "f32", "float", "single", "float64", "fp64", "f64", "double"), FLOAT32),
+    **dict.fromkeys(("float16", "fp16", "f16", "half"), FLOAT16),
+    **dict.fromkeys(("bfloat16", "bf16"), BFLOAT16),
+}
+
+
+def tolerances_for(dtype: str | None) -> Tolerances:
+    """Default tolerances for traces recorded in `dtype` (HF's eager-vs-sdpa figures for atol/rtol).
+
+    float32 (also None, float64): atol 1e-6, rtol 1e-4; float16: 5e-3/5e-3; bfloat16: 1e-2/1e-2.
+    `tie_tol` follows one rule for all dtypes: at a greedy split each side's gap is at most the sum of the two
+    tokens' drifts, so a near tie is a gap within twice the atol/rtol band of a logprob near -5 (two candidates of
+    a flat distribution), rounded to one significant figure: 2 * (atol + 5 * rtol) gives float32 1e-3, float16 0.06,
+    bfloat16 0.1. Spellings such as "float32", "torch.float32", "fp32", "bf16", "half" are accepted.
+    """
+    if dtype is None:
+        return FLOAT32
+    key = str(dtype).strip().lower().removeprefix("torch.")
+    if key == "":
+        return FLOAT32
+    try:
+        return _DTYPE_ALIASES[key]
+    except KeyError:
+        known = "float32/fp32, float16/fp16/half, bfloat16/bf16, float64 (or None)"
+        raise ValueError(
+            f"tolerances_for: unknown dtype {dtype!r} (known: {known}); pass atol=, rtol=, tie_tol= explicitly"
+        ) from None
+
+
+def default_tolerances(expected: GenerationTrace, actual: GenerationTrace) -> Tolerances:
+    """The loosest of the two traces' dtype defaults (symmetric); unknown dtypes fall back to bfloat16's."""
+    found = []
+    for dtype in (expected.dtype, actual.dtype):
+        try:
+            found.append(tolerances_for(dtype))
+        except ValueError:
+            found.append(BFLOAT16)
+    return found[0].loosest(found[1])
+
+
+def same(a: float, b: float) -> bool:
+    """Bitwise-style equality of two floats as `==`, except that NaN equals NaN."""
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _same_scalar(a: JSONScalar, b: JSONScalar) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and isinstance(b, float):
+        return same(a, b)
+    return a == b
+
+
+# ---------------------------------------------------------------------------------------------------- results
+
+
+class Verdict(enum.StrEnum):
+    """The outcome of a comparison, best first (REGRESSION and STALE fail)."""
+
+    IDENTICAL = "identical"
+    WITHIN_TOLERANCE = "within tolerance"
+    TOLERATED = "tolerated divergence"
+    REGRESSION = "regression"
+    STALE = "stale"
+
+    @property
+    def ok(self) -> bool:
+        """Whether the comparison holds (identical, within tolerance, or a tolerated near-tie divergence)."""
+        return self in (Verdict.IDENTICAL, Verdict.WITHIN_TOLERANCE, Verdict.TOLERATED)
+
+
+_SEVERITY = {Verdict.IDENTICAL: 0, Verdict.WITHIN_TOLERANCE: 1, Verdict.TOLERATED: 2, Verdict.REGRESSION: 3}
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where one prompt's new generation first stops matching the recorded one, and why.
+
+    `kind` is "token" (a different token, or the same id decoding to different text), "logprob" (chosen logprob or
+    score beyond tolerance), "topk" (a top-k value beyond tolerance, or a token new to/gone from the top-k that did
+    not just cross its edge), "length", "finish_reason" or "prompt" (same prompt text, different prompt ids).
+    `step` is 0-based: the step of the split, the first step one side lacks ("length"), the last step
+    ("finish_reason"), or 0 ("prompt"). Ranks are 0-based ranks of each side's token in the other side's top-k.
+    `gap` is the near-tie gap: max(|lp_exp[exp] - lp_exp[act]|, |lp_act[act] - lp_act[exp]|), None where a token is
+    absent from the other's top-k. `tolerated` is True for a near-tie split.
+    """
+
+    prompt_index: int
+    prompt: str
+    step: int
+    kind: DivergenceKind
+    expected_token_id: int | None = None
+    actual_token_id: int | None = None
+    expected_token: str | None = None
+    actual_token: str | None = None
+    expected_logprob: float | None = None
+    actual_logprob: float | None = None
+    expected_rank_in_actual: int | None = None
+    actual_rank_in_expected: int | None = None
+    expected_margin: float | None = None
+    actual_margin: float | None = None
+    gap: float | None = None
+    detail: str = ""
+    tolerated: bool = False
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.TOLERATED if self.tolerated else Verdict.REGRESSION
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """Error statistics over the float values compared (pytest-regressions style).
+
+    `compared` counts value pairs checked (chosen logprob, score, each top-k entry); `exceeded` those beyond
+    tolerance; `max_abs`/`mean_abs`/`max_rel` the absolute and relative errors (inf where one side is non-finite and
+    the other differs); `worst` where the largest absolute error is ("prompt 0 step 3 top_logprobs[2]"), None when
+    every value is equal.
+    """
+
+    compared: int = 0
+    exceeded: int = 0
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    max_rel: float = 0.0
+    worst: str | None = None
+
+    @property
+    def exceeded_share(self) -> float:
+        return self.exceeded / self.compared if self.compared else 0.0
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of `compare()`: truthy when the behaviour holds; `str()` explains it (see `explain.render`)."""
+
+    verdict: Verdict
+    tolerances: Tolerances
+    divergences: tuple[Divergence, ...] = ()
+    stale_reasons: tuple[str, ...] = ()
+    environment_diff: tuple[tuple[str, JSONScalar, JSONScalar], ...] = ()
+    stats: ErrorStats = field(default_factory=ErrorStats)
+    expected: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
+    actual: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
+    prompt_verdicts: tuple[Verdict | None, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.verdict.ok
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok
+
+    @property
+    def first(self) -> Divergence | None:
+        """The first divergence overall (lowest prompt index), tolerated or not."""
+        return self.divergences[0] if self.divergences else None
+
+    @property
+    def regressions(self) -> tuple[Divergence, ...]:
+        return tuple(d for d in self.divergences if not d.tolerated)
+
+    def __str__(self) -> str:
+        from pytest_genguard.core.explain import render
+
+        return render(self)
+
+
+# ---------------------------------------------------------------------------------------------------- the rule
+
+
+class _Stats:
+    """Mutable accumulator behind `ErrorStats`."""
+
+    def __init__(self) -> None:
+        self.compared = 0
+        self.exceeded = 0
+        self.sum_abs = 0.0
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.worst: tuple[int, int, str] | None = None
+
+    def freeze(self) -> ErrorStats:
+        worst = None if self.worst is None else f"prompt {self.worst[0]} step {self.worst[1]} {self.worst[2]}"
+        mean = self.sum_abs / self.compared if self.compared else 0.0
+        return ErrorStats(self.compared, self.exceeded, self.max_abs, mean, self.max_rel, worst)
+
+
+@dataclass
+class _PromptRun:
+    """State of one prompt's walk."""
+
+    index: int
+    stats: _Stats
+    tol: Tolerances
+    differs: bool = False  # some compared value or the top-k order is not bitwise equal
+    failure: tuple[DivergenceKind, str] | None = None  # first value beyond tolerance in the current step
+
+    def check(self, a: float, b: float, step: int, where: str, kind: DivergenceKind, label: str) -> None:
+        """Compare one value pair, record statistics and the step's first failure."""
+        st = self.stats
+        st.compared += 1
+        if same(a, b):
+            return
+        self.differs = True
+        finite = math.isfinite(a) and math.isfinite(b)
+        # Not equal and not both finite (NaN vs number, inf vs number): an infinite error, never within tolerance.
+        diff = abs(a - b) if finite else math.inf
+        allowed = self.tol.allowed(a, b) if finite else 0.0
+        scale = max(abs(a), abs(b)) if finite else math.inf
+        st.sum_abs += diff
+        st.max_rel = max(st.max_rel, diff / scale if finite else math.inf)
+        if st.worst is None or diff > st.max_abs:
+            st.max_abs = max(st.max_abs, diff)
+            st.worst = (self.index, step, where)
+        if not diff <= allowed:
+            st.exceeded += 1
+            if self.failure is None:
+                self.failure = (kind, f"{label} {_pair(a, b)} (|diff| {diff:.2g} > tol {allowed:.2g})")
+
+
+def _pair(a: float, b: float) -> str:
+    """Both values with just enough digits to tell them apart."""
+    for digits in range(4, 10):
+        left, right = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if left != right:
+            break
+    return f"{left} vs {right}"
+
+
+def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
+    """Compare the values of a step where both sides chose the same token."""
+    run.check(e.logprob, a.logprob, s, "logprob", "logprob", "logprob")
+    run.check(e.score, a.score, s, "score", "logprob", "score")
+    if e.top_ids != a.top_ids:
+        run.differs = True
+    if len(e.top_ids) != len(a.top_ids):
+        run.differs = True
+        run.stats.compared += 1
+        run.stats.exceeded += 1
+        if run.failure is None:
+            run.failure = ("topk", f"top-k size {len(e.top_ids)} vs {len(a.top_ids)}")
+        return
+    if e.top_ids == a.top_ids and len(set(e.top_ids)) == len(e.top_ids):
+        # The usual case, the same candidates in the same order: each value against its own, and labels only for
+        # values that differ (what the general walk below does, without its two dicts and a label per value).
+        for rank, (lp, alp) in enumerate(zip(e.top_logprobs, a.top_logprobs, strict=False)):
+            if lp == alp:
+                run.stats.compared += 1
+            else:
+                label = f"top_logprobs[{rank}] (id {e.top_ids[rank]})"
+                run.check(lp, alp, s, f"top_logprobs[{rank}]", "topk", label)
+        return
+    e_map = dict(zip(e.top_ids, e.top_logprobs, strict=False))
+    a_map = dict(zip(a.top_ids, a.top_logprobs, strict=False))
+    for rank, (tid, lp) in enumerate(zip(e.top_ids, e.top_logprobs, strict=False)):
+        if tid in a_map:
+            run.check(lp, a_map[tid], s, f"top_logprobs[{rank}]", "topk", f"top_logprobs[{rank}] (id {tid})")
+        else:
+            label = f"id {tid} left the top-{len(a.top_ids)}: its logprob vs the new k-th value:"
+            run.check(lp, a.top_logprobs[-1], s, f"top_logprobs[{rank}]", "topk", label)
+    for rank, (tid, lp) in enumerate(zip(a.top_ids, a.top_logprobs, strict=False)):
+        if tid not in e_map:
+            label = f"id {tid} entered the top-{len(e.top_ids)}: the old k-th value vs its logprob:"
+            run.check(e.top_logprobs[-1], lp, s, f"new top_logprobs[{rank}]", "topk", label)
+
+
+def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances) -> Divergence:
+    """The divergence at the first differing token id: a near tie (tolerated) or a regression."""
+    e_rank_in_a = a.rank_of(e.token_id)
+    a_rank_in_e = e.rank_of(a.token_id)
+    gap: float | None = None
+    if e_rank_in_a is not None and a_rank_in_e is not None:
+        gap_e = e.logprob - e.top_logprobs[a_rank_in_e]
+        gap_a = a.logprob - a.top_logprobs[e_rank_in_a]
+        # Magnitudes: with sampling or processors the chosen token need not lead in raw logprob, and a near tie is
+        # about closeness either way. NaN poisons the gap explicitly (max() with NaN depends on argument order).
+        gap = math.nan if math.isnan(gap_e) or math.isnan(gap_a) else max(abs(gap_e), abs(gap_a))
+    tolerated = gap is not None and tol.tie_tol > 0 and gap <= tol.tie_tol
+    if gap is None:
+        missing = []
+        if e_rank_in_a is None:
+            missing.append(f"expected id {e.token_id} not in the new top-{len(a.top_ids)}")
+        if a_rank_in_e is None:
+            missing.append(f"actual id {a.token_id} not in the old top-{len(e.top_ids)}")
+        detail = "; ".join(missing)
+    else:
+        relation = "<=" if tolerated else ">"
+        detail = f"gap {gap:.2g} {relation} tie_tol {tol.tie_tol:g}"
+    return _divergence(i, p, s, "token", e, a, detail, gap=gap, tolerated=tolerated)
+
+
+def _divergence(
+    i: int,
+    p: PromptTrace,
+    s: int,
+    kind: DivergenceKind,
+    e: Step | None,
+    a: Step | None,
+    detail: str,
+    *,
+    gap: float | None = None,
+    tolerated: bool = False,
+) -> Divergence:
+    return Divergence(
+        prompt_index=i,
+        prompt=p.prompt,
+        step=s,
+        kind=kind,
+        expected_token_id=e.token_id if e else None,
+        actual_token_id=a.token_id if a else None,
+        expected_token=e.token if e else None,
+        actual_token=a.token if a else None,
+        expected_logprob=e.logprob if e else None,
+        actual_logprob=a.logprob if a else None,
+        expected_rank_in_actual=a.rank_of(e.token_id) if e and a else None,
+        actual_rank_in_expected=e.rank_of(a.token_id) if e and a else None,
+        expected_margin=e.margin if e else None,
+        actual_margin=a.margin if a else None,
+        gap=gap,
+        detail=detail,
+        tolerated=tolerated,
+    )
+
+
+def _compare_prompt(
+    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats
+) -> tuple[Verdict, Divergence | None]:
+    """Walk one prompt's common prefix; return its verdict and its first divergence."""
+    if e.prompt_ids != a.prompt_ids:
+        detail = f"prompt_ids {_ids(e.prompt_ids)} vs {_ids(a.prompt_ids)}"
+        return Verdict.REGRESSION, _divergence(i, e, 0, "prompt", None, None, detail)
+    run = _PromptRun(i, stats, tol)
+    n = min(len(e.steps), len(a.steps))
+    for s in range(n):
+        es, as_ = e.steps[s], a.steps[s]
+        if es.token_id != as_.token_id:
+            div = _split(i, e, s, es, as_, tol)
+            return div.verdict, div
+        if es.token != as_.token:
+            detail = f"id {es.token_id} decodes differently (the tokenizer's decoding changed)"
+            return Verdict.REGRESSION, _divergence(i, e, s, "token", es, as_, detail)
+        _check_step(run, s, es, as_)
+        if run.failure is not None:
+            kind, detail = run.failure
+            return Verdict.REGRESSION, _divergence(i, e, s, kind, es, as_, detail)
+    if len(e.steps) != len(a.steps):
+        e_next = e.steps[n] if n < len(e.steps) else None
+        a_next = a.steps[n] if n < len(a.steps) else None
+        detail = f"{len(e.steps)} vs {len(a.steps)} tokens ({_finish(e)} vs {_finish(a)})"
+        return Verdict.REGRESSION, _divergence(i, e, n, "length", e_next, a_next, detail)
+    if e.finish_reason != a.finish_reason:
+        last = max(n - 1, 0)
+        e_last = e.steps[last] if n else None
+        a_last = a.steps[last] if n else None
+        detail = f"finish_reason {e.finish_reason!r} vs {a.finish_reason!r}"
+        return Verdict.REGRESSION, _divergence(i, e, last, "finish_reason", e_last, a_last, detail)
+    return (Verdict.WITHIN_TOLERANCE if run.differs else Verdict.IDENTICAL), None
+
+
+def _finish(p: PromptTrace) -> str:
+    return f"finish {p.finish_reason!r}"
+
+
+def _ids(ids: tuple[int, ...], limit: int = 8) -> str:
+    shown = ", ".join(str(x) for x in ids[:limit])
+    return f"[{shown}{', ...' if len(ids) > limit else ''}]"
+
+
+def _short_hash(value: str) -> str:
+    return value[:12]
+
+
+def _value(value: JSONScalar) -> str:
+    from pytest_genguard.core.explain import quote
+
+    return quote(value, 40) if isinstance(value, str) else repr(value)
+
+
+def _mapping_changes(expected: Mapping[str, JSONScalar], actual: Mapping[str, JSONScalar]) -> list[tuple[str, str]]:
+    changes = []
+    for key in sorted(set(expected) | set(actual)):
+        if key in expected and key in actual and _same_scalar(expected[key], actual[key]):
+            continue
+        old = _value(expected[key]) if key in expected else "(unset)"
+        new = _value(actual[key]) if key in actual else "(unset)"
+        changes.append((key, f"{old} -> {new}"))
+    return changes
+
+
+def _config_changes(expected: ModelFingerprint, actual: ModelFingerprint) -> list[str]:
+    """Architecture keys set on both sides with other values. A key one side lacks is not a change: transformers
+    versions add, drop and rename config keys for the same model (4.57 writes ~35 keys 5.x does not)."""
+    if expected.config is None or actual.config is None:
+        if expected.config is None and actual.config is None and expected.config_hash != actual.config_hash:
+            return [f"config {_short_hash(expected.config_hash)} -> {_short_hash(actual.config_hash)}"]
+        return []  # a trace of pytest-genguard 0.1 hashed the config another way: the weights still decide
+    keys = sorted(k for k in set(expected.config) & set(actual.config))
+    changed = [
+        f"config {k} {_value(expected.config[k])} -> {_value(actual.config[k])}"
+        for k in keys
+        if not _same_scalar(expected.config[k], actual.config[k])
+    ]
+    return changed[:3] + ([f"{len(changed) - 3} more config keys"] if len(changed) > 3 else [])
+
+
+def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fingerprints: bool) -> tuple[str, ...]:
+    from pytest_genguard.core.explain import quote
+
+    reasons = []
+    em, am = expected.model, actual.model
+    if check_fingerprints and em is not None and am is not None:
+        changes = []
+        if em.model_type != am.model_type:
+            changes.append(f"model_type {em.model_type} -> {am.model_type}")
+        changes += _config_changes(em, am)
+        if em.recipe is not None and am.recipe is not None:
+            # Made by training (genguard's fine-tuning, or a run a GenerationRecorder watched): the recipe is the
+            # model's identity; other weights from one recipe are drift of the environment that trained them (a
+            # torch or transformers upgrade, another CPU), and that is what gets compared.
+            if em.recipe != am.recipe:
+                changes.append(f"training recipe {_short_hash(em.recipe)} -> {_short_hash(am.recipe)}")
+        else:
+            if em.dtype == am.dtype and em.weights_hash != am.weights_hash:
+                # Across dtypes the bytes differ by construction: dtype is an environment axis, listed with the rest.
+                changes.append(f"weights {_short_hash(em.weights_hash)} -> {_short_hash(am.weights_hash)}")
+        if changes:
+            reasons.append("model changed: " + ", ".join(changes))
+    et, at = expected.tokenizer, actual.tokenizer
+    if check_fingerprints and et is not None and at is not None and et.hash != at.hash:
+        reasons.append(f"tokenizer changed: {et.name} {_short_hash(et.hash)} -> {at.name} {_short_hash(at.hash)}")
+    settings = _mapping_changes(expected.settings, actual.settings)
+    if settings:
+        reasons.append("decoding settings changed: " + ", ".join(f"{k} {change}" for k, change in settings))
+    prompt_changes = []
+    if len(expected.prompts) != len(actual.prompts):
+        prompt_changes.append(f"{len(expected.prompts)} -> {len(actual.prompts)} prompts")
+    moved = [
+        f"prompt {i} {quote(e.prompt, 30)} -> {quote(a.prompt, 30)}"
+        for i, (e, a) in enumerate(zip(expected.prompts, actual.prompts, strict=False))
+        if e.prompt != a.prompt
+    ]
+    prompt_changes += moved[:3] + ([f"{len(moved) - 3} more"] if len(moved) > 3 else [])
+    if prompt_changes:
+        reasons.append("prompts changed: " + ", ".join(prompt_changes))
+    return tuple(reasons)
+
+
+def _environment_diff(
+    expected: GenerationTrace, actual: GenerationTrace
+) -> tuple[tuple[str, JSONScalar, JSONScalar], ...]:
+    e, a = expected.environment, actual.environment
+    out = []
+    for key in sorted(set(e) | set(a)):
+        if key in e and key in a and _same_scalar(e[key], a[key]):
+            continue
+        out.append((key, e.get(key), a.get(key)))
+    return tuple(out)
+
+
+def compare(
+    expected: GenerationTrace,
+    actual: GenerationTrace,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    tie_tol: float | None = None,
+    tolerances: Tolerances | None = None,
+    check_fingerprints: bool = True,
+) -> Comparison:
+    """Compare a new trace with a recorded one under the divergence rule (see the module docstring).
+
+    Tolerances default to `tolerances_for()` of the traces' dtype (the loosest of the two when they differ), or to
+    `tolerances`; `atol`/`rtol`/`tie_tol` override single fields. `check_fingerprints=False` ignores model and
+    tokenizer fingerprints (to compare two models on purpose). Never raises on valid traces.
+    """
+    for name, value in (("expected", expected), ("actual", actual)):
+        if not isinstance(value, GenerationTrace):
+            raise TypeError(f"compare: {name} must be a GenerationTrace, got {type(value).__name__}")
+    base = tolerances if tolerances is not None else default_tolerances(expected, actual)
+    tol = base.replace(atol=atol, rtol=rtol, tie_tol=tie_tol)
+    stats = _Stats()
+    divergences: list[Divergence] = []
+    verdicts: list[Verdict | None] = []
+    for i, (e, a) in enumerate(zip(expected.prompts, actual.prompts, strict=False)):
+        if e.prompt != a.prompt:
+            verdicts.append(None)
+            continue
+        verdict, div = _compare_prompt(i, e, a, tol, stats)
+        verdicts.append(verdict)
+        if div is not None:
+            divergences.append(div)
+    verdicts += [None] * (max(len(expected.prompts), len(actual.prompts)) - len(verdicts))
+    stale = _stale_reasons(expected, actual, check_fingerprints)
+    if stale:
+        overall = Verdict.STALE
+    else:
+        overall = max((v for v in verdicts if v is not None), key=_SEVERITY.__getitem__, default=Verdict.IDENTICAL)
+    return Comparison(
+        verdict=overall,
+        tolerances=tol,
+        divergences=tuple(divergences),
+        stale_reasons=stale,
+        environment_diff=_environment_diff(expected, actual),
+        stats=stats.freeze(),
+        expected=expected,
+        actual=actual,
+        prompt_verdicts=tuple(verdicts),
+    )

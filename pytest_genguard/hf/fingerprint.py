@@ -1,0 +1,244 @@
+"""Model and tokenizer fingerprints: what lets a snapshot tell "the model changed" from "the model regressed"."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pytest_genguard.core.trace import JSONScalar, ModelFingerprint, TokenizerFingerprint
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+# Config keys that change without the model changing: bookkeeping, the Trainer's use_cache write, dtype (recorded on
+# its own) and the attention implementation (an environment field, not a property of the weights).
+_VOLATILE_CONFIG_KEYS = frozenset(
+    {
+        "transformers_version",
+        "_name_or_path",
+        "name_or_path",
+        "use_cache",
+        "torch_dtype",
+        "dtype",
+        "_attn_implementation",
+        "_attn_implementation_autoset",
+        "attn_implementation",
+        "_commit_hash",
+        "architectures",
+        "genguard_recipe",  # a fingerprint field of its own
+    }
+)
+
+
+# Not the architecture: generation defaults that transformers 4.x kept in the config (5.x moved them to the
+# GenerationConfig; the decoding settings a trace records are its own field) and bookkeeping flags. Keys that a
+# version adds or drops otherwise need no list: a key on one side only never counts (see compare's stale rule).
+_NOT_ARCHITECTURE = frozenset(
+    {
+        "bad_words_ids",
+        "begin_suppress_tokens",
+        "diversity_penalty",
+        "do_sample",
+        "early_stopping",
+        "encoder_no_repeat_ngram_size",
+        "exponential_decay_length_penalty",
+        "forced_bos_token_id",
+        "forced_eos_token_id",
+        "length_penalty",
+        "max_length",
+        "min_length",
+        "no_repeat_ngram_size",
+        "num_beam_groups",
+        "num_beams",
+        "num_return_sequences",
+        "output_attentions",
+        "output_hidden_states",
+        "output_scores",
+        "remove_invalid_values",
+        "repetition_penalty",
+        "return_dict",
+        "return_dict_in_generate",
+        "suppress_tokens",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+        "chunk_size_feed_forward",
+        "finetuning_task",
+        "id2label",
+        "label2id",
+        "prefix",
+        "problem_type",
+        "task_specific_params",
+        "tf_legacy_loss",
+        "tokenizer_class",
+        "torchscript",
+        "use_bfloat16",
+    }
+)
+
+# transformers 5 folded these 4.x keys into ``rope_parameters``; 4.x configs are folded the same way.
+_ROPE_KEYS = ("rope_theta", "rope_scaling", "partial_rotary_factor", "rotary_pct", "rotary_emb_base")
+
+
+def _fold_rope(config: dict[str, Any]) -> None:
+    """Rewrite 4.x rope keys as 5.x's ``rope_parameters`` (theta, type, scaling, partial factor), in place."""
+    if isinstance(config.get("rope_parameters"), dict):
+        for key in _ROPE_KEYS:
+            config.pop(key, None)  # 5.x: the same values are inside rope_parameters
+        return
+    if "rope_theta" not in config and "rotary_emb_base" not in config:
+        return  # no rotary embeddings (gpt2, t5)
+    scaling = config.get("rope_scaling")
+    rope: dict[str, Any] = dict(scaling) if isinstance(scaling, dict) else {}
+    if "type" in rope:
+        rope.setdefault("rope_type", rope.pop("type"))
+    rope.setdefault("rope_type", "default")
+    theta = config.get("rope_theta")
+    rope["rope_theta"] = config.get("rotary_emb_base") if theta is None else theta
+    partial = config.get("partial_rotary_factor")
+    partial = config.get("rotary_pct") if partial is None else partial
+    if partial is not None:
+        rope["partial_rotary_factor"] = partial
+    for key in _ROPE_KEYS:
+        config.pop(key, None)
+    config["rope_parameters"] = rope
+
+
+def _canonical(value: Any) -> Any:
+    """One spelling per value: integral floats as ints (4.x wrote ``rope_theta: 10000``, 5.x ``10000.0``)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _flatten(config: dict[str, Any], prefix: str, out: dict[str, JSONScalar], *, fold: bool = True) -> None:
+    config = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS and k not in _NOT_ARCHITECTURE}
+    if fold:  # a config or sub-config (text_config, ...), not the rope parameters themselves
+        _fold_rope(config)
+    for key, value in sorted(config.items()):
+        name = f"{prefix}{key}"
+        if value is None:
+            continue  # unset: the same as absent (5.x fills in some defaults that 4.x left as None)
+        if isinstance(value, dict):
+            _flatten(value, f"{name}.", out, fold=key not in ("rope_parameters", "rope_scaling"))
+        elif isinstance(value, (list, tuple)):
+            out[name] = json.dumps([_canonical(v) for v in value], sort_keys=True, default=str)
+        elif isinstance(value, (str, int, float, bool)):
+            out[name] = _canonical(value)
+        else:
+            out[name] = str(value)
+
+
+def architecture_config(raw: dict[str, Any]) -> dict[str, JSONScalar]:
+    """The architecture part of a ``config.to_dict()``, flat (``rope_parameters.rope_theta``) and in one spelling
+    across transformers versions: no bookkeeping, no generation defaults, no unset values, rope keys as in 5.x."""
+    out: dict[str, JSONScalar] = {}
+    _flatten(dict(raw), "", out)
+    return out
+
+
+def config_hash(model: PreTrainedModel) -> str:
+    """sha256 of `architecture_config` (the same on transformers 4.57 and 5.x for the same model)."""
+    text = json.dumps(architecture_config(model.config.to_dict()), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def weights_hash(model: PreTrainedModel, *, cached: bool = True) -> str:
+    """sha256 over every parameter and buffer as stored (name, dtype, shape, bytes); device independent.
+
+    Hashing every weight costs as much as a decoding step of a large model, so the digest is computed once per model
+    state and reused (`pytest_genguard.hf.weights_watch`): while no weight changed, a call costs a walk over the state
+    dict and no read of the weights. `cached=False` hashes every weight now (and refreshes the cache).
+    """
+    from pytest_genguard.hf import weights_watch
+
+    state = model.state_dict(keep_vars=True)
+    if cached:
+        digest = weights_watch.lookup(model, state)
+        if digest is not None:
+            return digest
+    digest = state_dict_sha256(state)
+    weights_watch.remember(model, state, digest)
+    return digest
+
+
+def forget_weights(model: PreTrainedModel) -> None:
+    """Drop `model`'s cached weights hash: the next fingerprint hashes every weight again.
+
+    Needed only after changing a few weights in a way torch does not track (in place through `.data` or a numpy view,
+    away from the sampled elements: see `pytest_genguard.hf.weights_watch`).
+    """
+    from pytest_genguard.hf import weights_watch
+
+    weights_watch.forget(model)
+
+
+def state_dict_sha256(state: Mapping[str, Any]) -> str:
+    """The weights hash of a state dict: sha256 over its entries sorted by name, each as `name|dtype|shape|` and the
+    tensor's bytes. Reads every weight (copying each tensor to the host in turn)."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(state.items()):
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy())  # the buffer itself: no copy of every weight
+    return digest.hexdigest()
+
+
+def model_dtype(model: PreTrainedModel) -> str:
+    """The floating dtype of the parameters, as 'float32' / 'bfloat16' / 'float16'."""
+    for p in model.parameters():
+        if p.is_floating_point():
+            return str(p.dtype).removeprefix("torch.")
+    return "float32"
+
+
+def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
+    """Fingerprint of the model's config and weights."""
+    config = architecture_config(model.config.to_dict())
+    return ModelFingerprint(
+        model_type=str(getattr(model.config, "model_type", type(model).__name__)),
+        config_hash=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+        weights_hash=weights_hash(model),
+        num_parameters=sum(p.numel() for p in model.parameters()),
+        dtype=model_dtype(model),
+        recipe=_recipe(model),
+        config=config,
+    )
+
+
+def _recipe(model: PreTrainedModel) -> str | None:
+    recipe = getattr(model.config, "genguard_recipe", None)
+    return recipe if isinstance(recipe, str) else None
+
+
+@functools.lru_cache(maxsize=2)
+def _backend_text(serialized: str) -> str:
+    """The vocabulary, merges and added tokens of a serialized tokenizer, canonical. Memoized by content: record()
+    fingerprints the same tokenizer on every call, and this JSON round trip was a third of record()'s own cost."""
+    doc = json.loads(serialized)
+    added = sorted((t.get("id"), t.get("content"), t.get("special")) for t in doc.get("added_tokens") or [])
+    return json.dumps({"model": doc.get("model"), "added_tokens": added}, sort_keys=True, ensure_ascii=False)
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:
+    """Fingerprint of the tokenizer: its full serialized form where it has one, else its vocabulary and specials."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        # The vocabulary, merges and added tokens: what maps text to ids. The rest of the serialized form (an empty
+        # post-processor, version fields) differs between transformers versions for the same tokenizer; a change
+        # there that matters shows as changed prompt ids, which the comparison reports as such.
+        text = _backend_text(backend.to_str())
+    else:
+        text = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
+    specials = json.dumps(
+        {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())}, sort_keys=True, ensure_ascii=False
+    )
+    digest = hashlib.sha256((text + "\n" + specials).encode("utf-8", "surrogatepass")).hexdigest()
+    name = "PreTrainedTokenizerFast" if backend is not None else type(tokenizer).__name__  # 5.x: TokenizersBackend
+    return TokenizerFingerprint(name=name, vocab_size=len(tokenizer), hash=digest)

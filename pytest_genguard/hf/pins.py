@@ -1,0 +1,182 @@
+"""Pinned fine-tuned weights: one model wherever the suite runs.
+
+Training amplifies the rounding of the CPU's kernels: one recipe fine-tuned under AVX2, AVX-512 and the scalar
+kernels ends with weights ~1e-2 apart, enough to move logprobs far beyond the float32 rule. Decoding the *same*
+weights on those machines moves them by ~1e-6. So snapshots of a fine-tuned model are recorded against pinned
+weights: ``pytest --snapshot-update`` trains once and writes the result beside the tests, plain runs load it.
+
+A pin is a folder ``<pin dir>/<arch>-<recipe[:16]>/`` (default pin dir ``<rootdir>/__genguard_pins__``, ini
+``genguard_pin_dir``) holding
+
+- ``model.safetensors``: the weights (`safetensors.torch.save_model`: tied weights stored once);
+- ``history.json``: the `GenerationRecorder` history of the training that made them;
+- ``pin.json``: the manifest, written last: the recipe (hash and inputs), each file's sha256 and size, the weights'
+  fingerprint, and the environment the training ran in.
+
+A pin is written whole or not at all (a temporary folder beside it, then renamed) under a lock in the cache
+folder, never inside the user's tree. A pin that exists but does not verify is an error naming the file: it is
+never silently replaced by other weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pytest_genguard.core.files import atomic_write_text
+
+__all__ = [
+    "DEFAULT_PIN_DIR",
+    "HISTORY_FILE",
+    "PIN_FORMAT",
+    "PIN_MANIFEST",
+    "WEIGHTS_FILE",
+    "GenguardPinWarning",
+    "PinContent",
+    "PinError",
+    "PinMode",
+    "folder_for",
+    "read_pin",
+    "write_pin",
+]
+
+PIN_FORMAT = 1
+PIN_MANIFEST = "pin.json"
+WEIGHTS_FILE = "model.safetensors"
+HISTORY_FILE = "history.json"
+DEFAULT_PIN_DIR = "__genguard_pins__"
+
+PinMode = Literal["use", "create", "refresh"]
+"""How `finetune()` treats a pin: "use" loads it (a missing pin: train here, with a warning); "create" loads it or
+trains and writes it when missing (``--snapshot-update``); "refresh" trains and rewrites it (``--genguard-rebuild``)."""
+
+
+class PinError(Exception):
+    """A pin folder exists but cannot be trusted (missing or modified file, unreadable manifest, other recipe)."""
+
+
+class GenguardPinWarning(UserWarning):
+    """No pinned weights for a fine-tuned model: it was trained on this machine, so snapshots of its decoding
+    hold only on CPUs whose kernels round as this one's do."""
+
+
+def folder_for(pin_dir: Path, arch: str, recipe: str) -> Path:
+    """The pin folder of a recipe: ``<pin dir>/<arch>-<first 16 hex digits of the recipe hash>``."""
+    return Path(pin_dir) / f"{arch}-{recipe[:16]}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _broken(folder: Path, problem: str) -> PinError:
+    return PinError(
+        f"pinned weights {folder}: {problem}. A pin is written by genguard as a whole; restore the folder from "
+        "version control, or re-train and re-pin it with: pytest --genguard-rebuild"
+    )
+
+
+def read_pin(folder: Path, recipe: str) -> dict[str, Any] | None:
+    """The verified manifest of the pin in `folder`, or None when there is no pin there.
+
+    Raises `PinError` when the folder exists but its manifest is unreadable, of another format or recipe, or a
+    listed file is missing or does not match its sha256.
+    """
+    __tracebackhide__ = True
+    manifest_path = folder / PIN_MANIFEST
+    if not folder.exists():
+        return None
+    if not manifest_path.is_file():
+        raise _broken(folder, f"{PIN_MANIFEST} is missing")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise _broken(folder, f"{PIN_MANIFEST} is unreadable ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != PIN_FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise _broken(folder, f"{PIN_MANIFEST} has format {found!r}; this pytest-genguard reads format {PIN_FORMAT}")
+    if manifest.get("recipe") != recipe:
+        raise _broken(folder, f"{PIN_MANIFEST} is for recipe {str(manifest.get('recipe'))[:16]}, not {recipe[:16]}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or set(files) != {WEIGHTS_FILE, HISTORY_FILE}:
+        raise _broken(folder, f"{PIN_MANIFEST} does not list {WEIGHTS_FILE} and {HISTORY_FILE}")
+    for name, meta in files.items():
+        path = folder / name
+        if not path.is_file():
+            raise _broken(folder, f"{name} is missing")
+        if not isinstance(meta, dict) or _sha256(path) != meta.get("sha256"):
+            raise _broken(folder, f"{name} does not match its sha256 in {PIN_MANIFEST} (truncated or modified)")
+    return manifest
+
+
+@dataclass(frozen=True)
+class PinContent:
+    """What a pin records besides its files: written into the manifest as given (JSON-able values)."""
+
+    arch: str
+    recipe: str
+    recipe_inputs: Mapping[str, Any]
+    fingerprint: Mapping[str, Any]
+    trained_in: Mapping[str, Any]
+    train_seconds: float
+    run_id: str
+
+
+def write_pin(folder: Path, content: PinContent, write_files: Callable[[Path], None]) -> dict[str, Any]:
+    """Write a pin into `folder` whole or not at all: `write_files(tmp)` writes the weights and the history into a
+    temporary folder beside it, the manifest goes in last, then the folder is renamed into place (an existing pin
+    is moved aside first and deleted after). Returns the manifest."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    try:
+        write_files(tmp)
+        mask = _umask()  # mkdtemp makes 0700 and safetensors 0600: a pin is the user's file like any other
+        os.chmod(tmp, 0o777 & ~mask)
+        for name in (WEIGHTS_FILE, HISTORY_FILE):
+            os.chmod(tmp / name, 0o666 & ~mask)
+        files = {
+            name: {"sha256": _sha256(tmp / name), "size": (tmp / name).stat().st_size}
+            for name in (WEIGHTS_FILE, HISTORY_FILE)
+        }
+        manifest = {
+            "format": PIN_FORMAT,
+            "arch": content.arch,
+            "recipe": content.recipe,
+            "recipe_inputs": dict(content.recipe_inputs),
+            "fingerprint": dict(content.fingerprint),
+            "files": files,
+            "trained_in": dict(content.trained_in),
+            "train_seconds": round(content.train_seconds, 2),
+            "run_id": content.run_id,
+        }
+        atomic_write_text(tmp / PIN_MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n", fsync=True)
+        old = None
+        if folder.exists():
+            old = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}.old")
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,512 @@
+"""`GenerationRecorder`: a `TrainerCallback` that records how decoding evolves during training and evaluation.
+
+A fine-tune that breaks decoding (a model that never learns EOS, a collapse into repetition) shows up in the token
+paths long before it shows in the loss. The recorder captures a `GenerationTrace` of fixed probe prompts and/or of
+the first examples of each `evaluate()`/`predict()` at chosen moments; `.history` is the list of those checkpoints
+(data model in history.py) and can be snapshotted like a trace. Each recording can raise an alarm when the model
+loops (`on_degenerate`) and adds a few figures to the Trainer's own logs.
+
+The evaluated examples come from the callback kwargs' `eval_dataloader`, never from `on_prediction_step`: the Trainer
+calls that hook without the batch (`on_prediction_step(args, state, control, **kwargs)`, transformers 4.57 and 5.x
+alike), so a callback written as `on_prediction_step(self, ..., inputs, **kw)` never sees its inputs.
+
+The recorder must not change the training it watches: it records on the main process only, in eval mode under
+no_grad (`record()` restores the previous mode), with a copy of the generation config, and with every RNG stream
+(python, numpy, torch CPU and CUDA, and the evaluation DataLoader's own generators) saved and restored, so the
+weights after training are bitwise identical with and without it, sampling probes and eval recordings included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import warnings
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from transformers import TrainerCallback
+
+from pytest_genguard.core.history import (
+    HISTORY_FORMAT,
+    Checkpoint,
+    GenguardTrainingWarning,
+    RecorderHistory,
+    history_from_json,
+    history_to_json,
+)
+from pytest_genguard.core.repetition import find_repetition
+
+if TYPE_CHECKING:
+    from transformers import (
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+        Trainer,
+        TrainerControl,
+        TrainerState,
+        TrainingArguments,
+    )
+
+    from pytest_genguard.core.trace import GenerationTrace
+
+__all__ = [
+    "HISTORY_FORMAT",
+    "ON_DEGENERATE",
+    "Checkpoint",
+    "GenerationRecorder",
+    "GenguardTrainingWarning",
+    "RecorderHistory",
+    "eval_rows",
+    "history_from_json",
+    "history_to_json",
+    "preserved_rng",
+    "recording_figures",
+    "training_identity",
+]
+
+ON_DEGENERATE: tuple[str | None, ...] = (None, "warn", "stop")
+_FIGURE_PREFIX = {"step": "", "train_end": "", "evaluate": "eval_", "predict": "test_"}
+"""Log keys follow the Trainer's own metric prefixes (report_to integrations group `eval_*` and `test_*` keys)."""
+
+
+# ---------------------------------------------------------------------------------------------------- identity
+
+# The TrainingArguments that say how a run trains, and that a user sets: optimizer internals (optim, adam_*,
+# max_grad_norm) are left out because their defaults differ between transformers versions, which would make every
+# history stale on an upgrade (a change there still shows, as a regression).
+TRAINING_ARGUMENTS = (
+    "learning_rate",
+    "max_steps",
+    "num_train_epochs",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "seed",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+)
+
+
+def training_identity(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, args: TrainingArguments) -> str:
+    """What a training run starts from and how it trains: the initial weights and dtype, the tokenizer and the
+    `TRAINING_ARGUMENTS`. A history's checkpoints carry it as their model's recipe: the weights a checkpoint
+    records differ on every CPU whose kernels round otherwise (training amplifies it), so they cannot say whether
+    two histories come from the same run; this can."""
+    import hashlib
+    import json
+
+    from pytest_genguard.hf.fingerprint import model_dtype, tokenizer_fingerprint, weights_hash
+
+    parts = {
+        "weights": weights_hash(model),
+        "dtype": model_dtype(model),
+        "tokenizer": tokenizer_fingerprint(tokenizer).hash,
+        "arguments": {name: str(getattr(args, name, None)) for name in TRAINING_ARGUMENTS},
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------- RNG
+
+
+@contextlib.contextmanager
+def preserved_rng() -> Iterator[None]:
+    """Save python `random`, numpy, torch CPU and (initialised) CUDA RNG states, and restore them afterwards."""
+    import torch
+
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy comes with transformers
+        np = None  # type: ignore[assignment]
+    py_state = random.getstate()
+    np_state = np.random.get_state() if np is not None else None
+    cpu_state = torch.get_rng_state()
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    cuda_states = torch.cuda.get_rng_state_all() if cuda_live else None
+    try:
+        yield
+    finally:
+        random.setstate(py_state)
+        if np is not None and np_state is not None:
+            np.random.set_state(np_state)
+        torch.set_rng_state(cpu_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+
+
+def latest_loss(log_history: Sequence[dict[str, Any]]) -> float | None:
+    """The most recent training loss in a Trainer's `state.log_history` (None before the first log)."""
+    for entry in reversed(log_history):
+        if "loss" in entry:
+            try:
+                return float(entry["loss"])
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+@contextlib.contextmanager
+def _preserved_generators(loader: Any) -> Iterator[None]:
+    """A DataLoader's own generators (its `generator`, its sampler's, its batch sampler's sampler's) are not the
+    global streams `preserved_rng` restores; iterating the loader draws from them (workers' base seed, a sampler)."""
+    import torch
+
+    owners = [
+        loader,
+        getattr(loader, "sampler", None),
+        getattr(getattr(loader, "batch_sampler", None), "sampler", None),
+    ]
+    generators = {id(g): g for o in owners if isinstance(g := getattr(o, "generator", None), torch.Generator)}
+    states = {key: g.get_state() for key, g in generators.items()}
+    try:
+        yield
+    finally:
+        for key, g in generators.items():
+            g.set_state(states[key])
+
+
+def _as_rows(value: Any, what: str) -> list[list[int]]:
+    rows = value.tolist() if hasattr(value, "tolist") else value
+    if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+        raise ValueError(
+            f"GenerationRecorder(eval_examples=...): the evaluation batch's {what!r} is not a 2-d batch of token ids "
+            f"(found {type(value).__name__}); the data collator must return padded tensors or lists of lists."
+        )
+    return [[int(t) for t in r] for r in rows]
+
+
+def eval_rows(
+    dataloader: Any, n: int, *, encoder_decoder: bool, prompt_tokens: int, pad_token_id: int | None
+) -> list[list[int]]:
+    """The token ids of the first `n` examples `dataloader` yields, padding removed (by the batch's attention mask,
+    else by `pad_token_id`): all of them for an encoder-decoder model (its encoder input), the first `prompt_tokens`
+    for a decoder-only one (a prefix of the example to continue). Fewer when the data has fewer.
+
+    An accelerate-prepared loader is read through its `base_dataloader`: the plain DataLoader underneath, whose
+    iteration involves no collective operation (only the main process records) and no `GradientState` bookkeeping
+    (an iteration stopped early would otherwise leave the loader registered as the active one during training).
+    """
+    loader = getattr(dataloader, "base_dataloader", dataloader)
+    rows: list[list[int]] = []
+    if n <= 0:
+        return rows
+    with _preserved_generators(loader):
+        for batch in loader:
+            if not isinstance(batch, Mapping) or "input_ids" not in batch:
+                found = sorted(batch) if isinstance(batch, Mapping) else type(batch).__name__
+                raise ValueError(
+                    "GenerationRecorder(eval_examples=...): the evaluation batches have no 'input_ids' (found "
+                    f"{found}); record text models whose collator returns input_ids, or use eval_examples=0 and "
+                    "probe prompts."
+                )
+            ids = _as_rows(batch["input_ids"], "input_ids")
+            mask = _as_rows(batch["attention_mask"], "attention_mask") if "attention_mask" in batch else None
+            for i, row in enumerate(ids):
+                if mask is not None:
+                    kept = [t for t, m in zip(row, mask[i], strict=True) if m]
+                else:
+                    kept = [t for t in row if t != pad_token_id]
+                if not kept:
+                    raise ValueError(
+                        f"GenerationRecorder(eval_examples={n}): evaluation example {len(rows)} has no token once "
+                        "padding is removed, so there is nothing to generate from; drop empty examples from the "
+                        "evaluation data."
+                    )
+                rows.append(kept if encoder_decoder else kept[:prompt_tokens])
+                if len(rows) == n:
+                    return rows
+    return rows
+
+
+def recording_figures(trace: GenerationTrace, looping_prompts: int) -> dict[str, float]:
+    """The numbers a recording adds to the Trainer's logs: the smallest top-1/top-2 margin (how close decoding came
+    to a tie; left out when no step has two candidates), the share of prompts that ended with EOS, the share that
+    loop (the repetition rule of `assert_no_repetition`) and the mean number of generated tokens."""
+    n = max(1, len(trace.prompts))
+    figures = {
+        "eos_rate": sum(p.finish_reason == "eos" for p in trace.prompts) / n,
+        "repetition": looping_prompts / n,
+        "new_tokens": sum(len(p.steps) for p in trace.prompts) / n,
+    }
+    if math.isfinite(trace.min_margin):
+        figures["min_margin"] = trace.min_margin
+    return figures
+
+
+def _metric_prefix(metrics: Mapping[str, Any] | None, default: str) -> str:
+    """The prefix the Trainer gave this evaluation's metrics ("eval_", "eval_<dataset>_", "test_"): every call of
+    evaluate()/predict() logs "<prefix>runtime"."""
+    for key in metrics or {}:
+        if isinstance(key, str) and key.endswith("_runtime"):
+            return key[: -len("runtime")]
+    return default
+
+
+# ---------------------------------------------------------------------------------------------------- callback
+
+
+class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
+    """Records a `GenerationTrace` during training and evaluation; `.history` holds the `Checkpoint`s.
+
+    What is recorded: the probe `prompts` every `every_n_steps` optimizer steps, at each `evaluate()` and at the end
+    of training; with `eval_examples=N`, also the first N examples of the data each `evaluate()` (event "evaluate")
+    and `predict()` (event "predict") runs on, read from the callback kwargs' `eval_dataloader`: an encoder-decoder
+    model's encoder input ids as they are (padding aside), a decoder-only model's first `eval_prompt_tokens` tokens.
+    At least one of the two is required. An evaluate/predict checkpoint holds the probes first, then the examples.
+
+    `on_degenerate="warn"` checks each new trace with the rule and defaults of `assert_no_repetition` and emits a
+    `GenguardTrainingWarning` naming the step, the prompt and the looping span; `"stop"` also ends training at that
+    step (`control.should_training_stop`). Each recording adds figures (`genguard/min_margin`, `genguard/eos_rate`,
+    `genguard/repetition`, `genguard/new_tokens`; `eval_`/`test_`-prefixed at evaluate/predict) to the Trainer's
+    log history (trainer_state.json) and, at evaluate/predict, to the returned metrics; `attach(trainer)` sends them
+    through `trainer.log()`, so report_to integrations (TensorBoard, W&B, ...) get them too.
+
+    The tokenizer comes from `tokenizer=`, else the Trainer's `processing_class` (transformers 5), else its
+    `tokenizer` (4.x). Other keyword arguments go to `record()` / `generate()` (e.g. `do_sample=True, seed=0`).
+    At most one checkpoint per optimizer step: the end of training is not recorded again when the last step was
+    (unless `load_best_model_at_end` may have changed the weights since). Only the main process records, so a
+    model sharded across ranks (FSDP, DeepSpeed ZeRO-3), whose forward pass needs every rank, cannot be recorded;
+    in a distributed run the eval examples are the first N of the main process's share of the data.
+    """
+
+    def __init__(
+        self,
+        prompts: str | Sequence[str] | None = None,
+        *,
+        eval_examples: int = 0,
+        eval_prompt_tokens: int = 8,
+        every_n_steps: int | None = None,
+        on_evaluate: bool = True,
+        on_train_end: bool = True,
+        on_degenerate: str | None = None,
+        max_new_tokens: int = 24,
+        top_k: int = 5,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        **generate_kwargs: Any,
+    ) -> None:
+        prompt_list = [] if prompts is None else [prompts] if isinstance(prompts, str) else list(prompts)
+        if prompts is not None and (not prompt_list or not all(isinstance(p, str) for p in prompt_list)):
+            raise ValueError("GenerationRecorder(prompts=...): pass a prompt or a non-empty list of prompt strings.")
+        for name, value, low in (("eval_examples", eval_examples, 0), ("eval_prompt_tokens", eval_prompt_tokens, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"GenerationRecorder({name}={value!r}): must be an integer >= {low}.")
+        if not prompt_list and not eval_examples:
+            raise ValueError(
+                "GenerationRecorder: nothing to record. Pass probe prompts (GenerationRecorder(['the cat'])), "
+                "eval_examples=N (the first N examples of each evaluate()/predict()), or both."
+            )
+        if every_n_steps is not None and (isinstance(every_n_steps, bool) or every_n_steps < 1):
+            raise ValueError(
+                f"GenerationRecorder(every_n_steps={every_n_steps!r}): must be a positive number of steps, "
+                "or None to record only at evaluations and at the end of training."
+            )
+        if every_n_steps is not None and not prompt_list:
+            raise ValueError(
+                f"GenerationRecorder(every_n_steps={every_n_steps}): training steps record the probe prompts, and "
+                "there are none; pass prompts=[...] too, or drop every_n_steps (eval_examples are recorded at "
+                "evaluate() and predict())."
+            )
+        if on_degenerate not in ON_DEGENERATE:
+            raise ValueError(f"GenerationRecorder(on_degenerate={on_degenerate!r}): must be None, 'warn' or 'stop'.")
+        if max_new_tokens < 1:
+            raise ValueError(f"GenerationRecorder(max_new_tokens={max_new_tokens}): must be >= 1.")
+        if top_k < 1:
+            raise ValueError(f"GenerationRecorder(top_k={top_k}): must be >= 1.")
+        self.prompts: list[str] = prompt_list
+        self.eval_examples = eval_examples
+        self.eval_prompt_tokens = eval_prompt_tokens
+        self.every_n_steps = every_n_steps
+        self.record_on_evaluate = on_evaluate
+        self.record_on_train_end = on_train_end
+        self.on_degenerate = on_degenerate
+        self.max_new_tokens = max_new_tokens
+        self.top_k = top_k
+        self.tokenizer = tokenizer
+        self.generate_kwargs = dict(generate_kwargs)
+        self.history = RecorderHistory()
+        self._trainer: weakref.ref[Trainer] | None = None
+        self._identity: str | None = None
+
+    def attach(self, trainer: Trainer) -> GenerationRecorder:
+        """Add the recorder to `trainer`'s callbacks (unless it is there already) and log its figures with
+        `trainer.log()`, so that report_to integrations receive them. A callback is otherwise never handed the
+        Trainer, and integrations run before user callbacks, so they would not see figures added to a log later."""
+        if not any(cb is self for cb in trainer.callback_handler.callbacks):
+            trainer.add_callback(self)
+        self._trainer = weakref.ref(trainer)
+        return self
+
+    def resolve_tokenizer(self, kwargs: dict[str, Any]) -> PreTrainedTokenizerBase:
+        """The tokenizer to record with: the constructor's, else the callback's `processing_class`/`tokenizer`."""
+        for candidate in (self.tokenizer, kwargs.get("processing_class"), kwargs.get("tokenizer")):
+            if candidate is None:
+                continue
+            # A multimodal processor wraps its tokenizer.
+            inner = getattr(candidate, "tokenizer", None)
+            tokenizer: PreTrainedTokenizerBase = candidate if hasattr(candidate, "pad_token_id") else inner
+            if tokenizer is not None:
+                return tokenizer
+        raise ValueError(
+            "GenerationRecorder: no tokenizer to encode the probe prompts with. Pass "
+            "GenerationRecorder(prompts, tokenizer=tokenizer), or give the Trainer the tokenizer "
+            "(Trainer(processing_class=tokenizer) on transformers 5, Trainer(tokenizer=tokenizer) on 4.x)."
+        )
+
+    def _generate(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, examples: list[list[int]]
+    ) -> GenerationTrace:
+        if not examples:
+            from pytest_genguard.hf.record import record
+
+            return record(
+                model,
+                tokenizer,
+                self.prompts,
+                max_new_tokens=self.max_new_tokens,
+                top_k=self.top_k,
+                **self.generate_kwargs,
+            )
+        from pytest_genguard.hf.processors import generate_from_ids
+
+        rows = [list(tokenizer(p)["input_ids"]) for p in self.prompts] + examples
+        labels = [*self.prompts, *(tokenizer.decode(r) for r in examples)]
+        kwargs = dict(self.generate_kwargs)
+        if "stop_strings" in kwargs:
+            kwargs.setdefault("tokenizer", tokenizer)  # generate() needs it to match stop strings
+        trace, _, _ = generate_from_ids(
+            model, tokenizer, labels, rows, max_new_tokens=self.max_new_tokens, top_k=self.top_k, **kwargs
+        )
+        return trace
+
+    def _record(
+        self, state: TrainerState, control: TrainerControl, kwargs: dict[str, Any], event: str, *, examples: bool
+    ) -> None:
+        if not state.is_world_process_zero:
+            return
+        model: PreTrainedModel | None = kwargs.get("model")
+        if model is None:
+            raise ValueError(
+                f"GenerationRecorder: the Trainer passed no model to the {event!r} callback; use the recorder "
+                "with a transformers Trainer or pass model= when calling its hooks."
+            )
+        tokenizer = self.resolve_tokenizer(kwargs)
+        rows: list[list[int]] = []
+        with preserved_rng():
+            if examples:
+                rows = self._eval_rows(model, tokenizer, kwargs.get("eval_dataloader"), event)
+            if not rows and not self.prompts:
+                return  # an empty evaluation set and no probes: nothing was generated
+            trace = self._generate(model, tokenizer, rows)
+        if self._identity is not None and trace.model is not None and trace.model.recipe is None:
+            trace = replace(trace, model=replace(trace.model, recipe=self._identity))
+        epoch = float(state.epoch) if state.epoch is not None else None
+        self.history.append(
+            Checkpoint(
+                step=int(state.global_step),
+                epoch=epoch,
+                loss=latest_loss(state.log_history),
+                event=event,
+                trace=trace,
+            )
+        )
+        found = find_repetition(trace)
+        figures = recording_figures(trace, len(found.prompts))
+        prefix = _metric_prefix(kwargs.get("metrics"), _FIGURE_PREFIX[event])
+        self._log({f"{prefix}genguard/{k}": v for k, v in figures.items()}, state, control, kwargs.get("metrics"))
+        if found and self.on_degenerate is not None:
+            stop = self.on_degenerate == "stop"
+            warnings.warn(
+                f"GenerationRecorder: the model loops at step {state.global_step} ({event}): {found.headline}"
+                + ("; training stops here (on_degenerate='stop')" if stop else ""),
+                GenguardTrainingWarning,
+                stacklevel=3,
+            )
+            if stop:
+                control.should_training_stop = True
+
+    def _eval_rows(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dataloader: Any, event: str
+    ) -> list[list[int]]:
+        if dataloader is None:
+            raise ValueError(
+                f"GenerationRecorder(eval_examples={self.eval_examples}): the {event!r} callback got no "
+                "eval_dataloader; the Trainer passes it during evaluate() and predict() (pass eval_dataloader= "
+                "when calling the hooks yourself)."
+            )
+        return eval_rows(
+            dataloader,
+            self.eval_examples,
+            encoder_decoder=bool(getattr(model.config, "is_encoder_decoder", False)),
+            prompt_tokens=self.eval_prompt_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+
+    def _log(self, figures: dict[str, float], state: TrainerState, control: TrainerControl, metrics: Any) -> None:
+        """Into the metrics evaluate()/predict() return, and into the log: through the attached Trainer's `log()`
+        (integrations included), else as an entry of `state.log_history` in the form `Trainer.log()` writes."""
+        if isinstance(metrics, dict):
+            metrics.update(figures)
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is not None:
+            should_log = control.should_log
+            trainer.log(dict(figures))
+            control.should_log = should_log  # logging clears the flag: the step's own loss log must still happen
+            return
+        entry: dict[str, Any] = dict(figures)
+        if state.epoch is not None:
+            entry["epoch"] = state.epoch
+        state.log_history.append({**entry, "step": state.global_step})
+
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        tokenizer = self.resolve_tokenizer(kwargs)  # fail before the first step, not after minutes of training
+        model = kwargs.get("model")
+        if model is not None and state.is_world_process_zero:
+            self._identity = training_identity(model, tokenizer, args)
+        integrations = [r for r in (getattr(args, "report_to", None) or []) if r != "none"]
+        if integrations and self._trainer is None and state.is_world_process_zero:
+            warnings.warn(
+                f"GenerationRecorder: its figures go to trainer_state.json but not to report_to {integrations}; "
+                "use GenerationRecorder(...).attach(trainer) instead of Trainer(callbacks=[recorder]) to log them "
+                "there too.",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self.every_n_steps is not None and state.global_step % self.every_n_steps == 0:
+            self._record(state, control, kwargs, "step", examples=False)
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # The Trainer logs a step's loss after on_step_end: give that step's checkpoint its own loss.
+        if self.history and logs and "loss" in logs and self.history[-1].step == state.global_step:
+            with contextlib.suppress(TypeError, ValueError):
+                self.history[-1] = replace(self.history[-1], loss=float(logs["loss"]))
+
+    def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self.record_on_evaluate:
+            self._record(state, control, kwargs, "evaluate", examples=self.eval_examples > 0)
+
+    def on_predict(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        if self.eval_examples:
+            self._record(state, control, kwargs, "predict", examples=True)
+
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        if not self.record_on_train_end or not self.prompts:
+            return
+        already = bool(self.history) and self.history[-1].step == state.global_step
+        if already and not getattr(args, "load_best_model_at_end", False):
+            return  # the weights are those the last checkpoint recorded
+        self._record(state, control, kwargs, "train_end", examples=False)

@@ -1,0 +1,429 @@
+"""Teacher forcing: what a model gives along a recorded path, from one forward pass per batch.
+
+For decoder-only models the batch is prompt + recorded path, left padded, with the attention mask and position ids
+`generate()` used; for encoder-decoder models the encoder runs once and ``decoder_input_ids`` = start token + path.
+The logits processors the recording used are rebuilt from `trace.settings` with transformers' public classes and
+re-applied to those logits, all steps at once (`pytest_genguard.hf.forced_processors`; no further forward passes). See
+`pytest_genguard.hf.verify` for how the result is judged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pytest_genguard.core.trace import GenerationTrace, JSONScalar, PromptTrace, Step
+from pytest_genguard.hf.forced_processors import apply_along_path
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["Preference", "build_processors", "teacher_force", "teacher_force_with_preferences"]
+
+# Defaults `generate()` applies when neither the call nor the model's generation config sets a value (transformers'
+# documented global defaults); a trace stores None for those.
+_DEFAULTS: dict[str, float | int] = {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "typical_p": 1.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class Preference:
+    """A step of a greedy trace where the teacher-forced model now prefers another token than the recorded one."""
+
+    prompt_index: int
+    step: int
+    recorded_id: int
+    recorded_token: str
+    recorded_logprob: float  # as stored in the trace
+    recorded_logprob_now: float  # the recorded token's logprob under the model now
+    preferred_id: int
+    preferred_token: str
+    preferred_logprob: float  # the now-preferred token's logprob under the model now
+
+    def __str__(self) -> str:
+        from pytest_genguard.core.explain import number, quote
+
+        return (
+            f"prompt {self.prompt_index} step {self.step}: the model now prefers {quote(self.preferred_token, 20)} "
+            f"(id {self.preferred_id}, logprob {number(self.preferred_logprob)}) to the recorded "
+            f"{quote(self.recorded_token, 20)} (id {self.recorded_id}, logprob {number(self.recorded_logprob_now)} "
+            f"now, {number(self.recorded_logprob)} recorded)"
+        )
+
+
+@contextlib.contextmanager
+def _inference(model: PreTrainedModel) -> Iterator[None]:
+    """Eval mode and no_grad for the forward pass; the training flag is restored afterwards."""
+    import torch
+
+    was_training = model.training
+    # Switching modes walks every module twice: skip it when nothing is in training mode (the usual case here).
+    switch = was_training or any(module.training for module in model.modules())
+    if switch:
+        model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if switch:
+            model.train(was_training)
+
+
+def int_setting(value: JSONScalar, default: int) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def float_setting(value: JSONScalar, default: float) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return []
+    return [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)]
+
+
+def _pad_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> tuple[int, int]:
+    """(the tokenizer's prompt padding id, the id generate() writes after a sequence finished)."""
+    eos = _eos_ids(model, tokenizer)
+    fallback = eos[0] if eos else 0
+    prompt_pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else fallback
+    gen_pad = model.generation_config.pad_token_id
+    if not isinstance(gen_pad, int):
+        gen_pad = prompt_pad
+    return int(prompt_pad), int(gen_pad)
+
+
+def _repetition_penalty(cls: Any, penalty: float, prompt_mask: torch.Tensor | None) -> Any:
+    """As `generate()` builds it: transformers 5 skips each row's left padding (`prompt_ignore_length` as a
+    per-row tensor); 4.5x takes only an int there and its `generate()` penalizes the padding too."""
+    if prompt_mask is not None and "prompt_ignore_length" in inspect.signature(cls).parameters:
+        try:
+            return cls(penalty, prompt_ignore_length=(prompt_mask != 0).int().argmax(dim=1))
+        except ValueError:
+            pass  # 4.5x: no per-row lengths, and generate() passes none
+    return cls(penalty)
+
+
+def build_processors(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    settings: dict[str, JSONScalar] | Any,
+    *,
+    prompt_length: int,
+    prompt_mask: torch.Tensor | None,
+    custom: Sequence[Any] = (),
+) -> LogitsProcessorList:
+    """The logits processors `generate()` applied for `settings`, from transformers' public classes, in its order.
+
+    Settings a trace records (repetition penalty, no-repeat n-gram, min new tokens, and with sampling temperature,
+    top-k, top-p, min-p, typical-p) come from `settings`; processors a trace does not record (min_length, forced
+    BOS/EOS, suppressed tokens) come from the model's generation config, as they did in `record()`. `custom`
+    processors (the user's `logits_processor=`) are merged in as `generate()` merges them: one of a built-in's class
+    takes its place, the others follow the built-ins, and the sampling warpers come last.
+    """
+    import torch
+    from transformers import (
+        ForcedBOSTokenLogitsProcessor,
+        ForcedEOSTokenLogitsProcessor,
+        LogitsProcessorList,
+        MinLengthLogitsProcessor,
+        MinNewTokensLengthLogitsProcessor,
+        MinPLogitsWarper,
+        NoRepeatNGramLogitsProcessor,
+        RepetitionPenaltyLogitsProcessor,
+        SuppressTokensAtBeginLogitsProcessor,
+        SuppressTokensLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+        TypicalLogitsWarper,
+    )
+
+    gen = model.generation_config
+    eos = torch.tensor(_eos_ids(model, tokenizer), dtype=torch.long)
+    processors = LogitsProcessorList()
+    penalty = float_setting(settings.get("repetition_penalty"), 1.0)
+    if penalty != 1.0:
+        processors.append(_repetition_penalty(RepetitionPenaltyLogitsProcessor, penalty, prompt_mask))
+    ngram = int_setting(settings.get("no_repeat_ngram_size"), 0)
+    if ngram > 0:
+        processors.append(NoRepeatNGramLogitsProcessor(ngram))
+    min_length = int_setting(getattr(gen, "min_length", None), 0)
+    if min_length > 0 and len(eos):
+        processors.append(MinLengthLogitsProcessor(min_length, eos))
+    min_new = int_setting(settings.get("min_new_tokens"), 0)
+    if min_new > 0 and len(eos):
+        processors.append(MinNewTokensLengthLogitsProcessor(prompt_length, min_new, eos))
+    if getattr(gen, "forced_bos_token_id", None) is not None:
+        processors.append(ForcedBOSTokenLogitsProcessor(gen.forced_bos_token_id))
+    if getattr(gen, "forced_eos_token_id", None) is not None:
+        max_length = prompt_length + int_setting(settings.get("max_new_tokens"), 0)
+        processors.append(ForcedEOSTokenLogitsProcessor(max_length, gen.forced_eos_token_id))
+    if getattr(gen, "suppress_tokens", None) is not None:
+        processors.append(SuppressTokensLogitsProcessor(gen.suppress_tokens))
+    if getattr(gen, "begin_suppress_tokens", None) is not None:
+        begin = prompt_length if prompt_length > 1 or gen.forced_bos_token_id is None else prompt_length + 1
+        processors.append(SuppressTokensAtBeginLogitsProcessor(gen.begin_suppress_tokens, begin))
+    if custom:
+        processors = _merged(processors, custom)
+    if settings.get("do_sample"):
+        temperature = float_setting(settings.get("temperature"), _DEFAULTS["temperature"])
+        if temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(temperature))
+        top_k = int_setting(settings.get("top_k"), int(_DEFAULTS["top_k"]))
+        if top_k != 0:
+            processors.append(TopKLogitsWarper(top_k=top_k, min_tokens_to_keep=1))
+        top_p = float_setting(settings.get("top_p"), _DEFAULTS["top_p"])
+        if top_p < 1.0:
+            processors.append(TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1))
+        if settings.get("min_p") is not None:
+            processors.append(MinPLogitsWarper(min_p=float_setting(settings.get("min_p"), 0.0), min_tokens_to_keep=1))
+        typical_p = float_setting(settings.get("typical_p"), _DEFAULTS["typical_p"])
+        if typical_p < 1.0:
+            processors.append(TypicalLogitsWarper(mass=typical_p, min_tokens_to_keep=1))
+    return processors
+
+
+def _merged(defaults: LogitsProcessorList, custom: Sequence[Any]) -> LogitsProcessorList:
+    """transformers' rule for a user's processors (`GenerationMixin._merge_criteria_processor_list`, 4.5x and 5.x)."""
+    from transformers import LogitsProcessorList
+
+    merged = LogitsProcessorList()
+    for default in defaults:
+        merged.append(next((c for c in custom if type(c) is type(default)), default))
+    merged.extend(c for c in custom if all(c is not m for m in merged))
+    return merged
+
+
+@dataclasses.dataclass
+class _Batch:
+    """Teacher-forcing inputs: `sequences[:, :start + t]` is what the processors saw at step t."""
+
+    logits: torch.Tensor  # [B, T, V] raw logits for steps 0..T-1, float32
+    sequences: torch.Tensor  # [B, start + T] prompt (decoder-only) or start token (encoder-decoder) + paths
+    start: int
+    prompt_mask: torch.Tensor | None
+
+
+def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace, steps: int) -> _Batch:
+    """One forward pass over prompt + recorded path for the whole batch."""
+    import torch
+
+    device = next(model.parameters()).device
+    prompt_pad, gen_pad = _pad_ids(model, tokenizer)
+    batch = len(trace.prompts)
+    paths = torch.full((batch, steps), gen_pad, dtype=torch.long)
+    for b, p in enumerate(trace.prompts):
+        if p.steps:
+            paths[b, : len(p.steps)] = torch.tensor([s.token_id for s in p.steps], dtype=torch.long)
+    longest = max(len(p.prompt_ids) for p in trace.prompts)
+    ids = torch.full((batch, longest), prompt_pad, dtype=torch.long)
+    mask = torch.zeros((batch, longest), dtype=torch.long)
+    encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+    for b, p in enumerate(trace.prompts):
+        n = len(p.prompt_ids)
+        if n == 0:
+            continue
+        span = slice(0, n) if encoder_decoder else slice(longest - n, longest)  # record() pads right / left
+        ids[b, span] = torch.tensor(p.prompt_ids, dtype=torch.long)
+        mask[b, span] = 1
+    if encoder_decoder:
+        start_id = model.generation_config.decoder_start_token_id
+        if start_id is None:
+            start_id = getattr(model.config, "decoder_start_token_id", None)
+        start = torch.full((batch, 1), int(start_id if start_id is not None else prompt_pad), dtype=torch.long)
+        sequences = torch.cat([start, paths], dim=1)
+        out = model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            decoder_input_ids=sequences[:, :steps].to(device),
+            use_cache=False,
+        )
+        return _Batch(out.logits.float(), sequences, 1, None)
+    sequences = torch.cat([ids, paths], dim=1)
+    full_mask = torch.cat([mask, torch.ones((batch, steps), dtype=torch.long)], dim=1)
+    positions = full_mask.cumsum(-1) - 1
+    positions.masked_fill_(full_mask == 0, 1)  # as generate() does for left padding
+    kwargs: dict[str, Any] = {}
+    if _takes_logits_to_keep(model.forward):
+        kwargs["logits_to_keep"] = steps + 1  # only the positions that predict a step (and the last token)
+    out = model(
+        input_ids=sequences[:, : longest + steps].to(device),
+        attention_mask=full_mask.to(device),
+        position_ids=positions.to(device),
+        use_cache=False,
+        **kwargs,
+    )
+    logits = out.logits[:, -(steps + 1) : -1] if "logits_to_keep" in kwargs else out.logits[:, longest - 1 : -1]
+    return _Batch(logits.float(), sequences, longest, mask)
+
+
+def _takes_logits_to_keep(forward: Any) -> bool:
+    """Whether the model's forward() takes `logits_to_keep` (memoized per forward function: `inspect.signature`
+    costs more than the rest of a tiny model's verify())."""
+    function = getattr(forward, "__func__", None)
+    if function is None:
+        return "logits_to_keep" in inspect.signature(forward).parameters
+    return _function_takes_logits_to_keep(function)
+
+
+@functools.lru_cache(maxsize=64)
+def _function_takes_logits_to_keep(function: Any) -> bool:
+    return "logits_to_keep" in inspect.signature(function).parameters
+
+
+def teacher_force(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    *,
+    logits_processor: Sequence[Any] = (),
+) -> GenerationTrace:
+    """The trace `model` gives when forced along `trace`'s recorded paths (see the module docstring); the user's own
+    `logits_processor` list is re-applied with the recorded settings' processors."""
+    return teacher_force_with_preferences(model, tokenizer, trace, logits_processor=logits_processor)[0]
+
+
+def teacher_force_with_preferences(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    *,
+    logits_processor: Sequence[Any] = (),
+) -> tuple[GenerationTrace, tuple[Preference, ...]]:
+    """`teacher_force`, plus the steps where a greedy path would now take another token (one per prompt at most)."""
+    import torch
+
+    from pytest_genguard.hf.environment import environment
+    from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
+    from pytest_genguard.hf.record import _token_texts, alternative_texts
+
+    if not trace.prompts:
+        raise ValueError("verify(): the trace has no prompts; nothing to verify.")
+    steps = max(len(p.steps) for p in trace.prompts)
+    if steps == 0:
+        raise ValueError("verify(): the trace has no generated steps; nothing to verify.")
+    top_k = int_setting(trace.settings.get("record_top_k"), max(len(s.top_ids) for p in trace.prompts for s in p.steps))
+    greedy = trace.settings.get("mode", "greedy") == "greedy"
+    with _inference(model):
+        batch = _forward(model, tokenizer, trace, steps)
+        processors = build_processors(
+            model,
+            tokenizer,
+            trace.settings,
+            prompt_length=batch.start,
+            prompt_mask=batch.prompt_mask,
+            custom=list(logits_processor),
+        )
+        logits = batch.logits
+        sequences = batch.sequences.to(logits.device)
+        processed = apply_along_path(processors, logits, sequences, batch.start) if len(processors) else logits
+        raw = torch.log_softmax(logits, dim=-1)
+        top_vals, top_ids = raw.topk(min(top_k, raw.shape[-1]), dim=-1)
+        argmax = processed.argmax(dim=-1, keepdim=True)  # as generate() picks a greedy token
+        chosen = sequences[:, batch.start :].unsqueeze(-1)
+        # One device->host transfer per field; the values are float32, as traces store them.
+        values = {
+            "logprob": raw.gather(-1, chosen).squeeze(-1).cpu().tolist(),
+            "score": processed.gather(-1, chosen).squeeze(-1).cpu().tolist(),
+            "best": processed.gather(-1, argmax).squeeze(-1).cpu().tolist(),
+            "argmax": argmax.squeeze(-1).cpu().tolist(),
+            "argmax_logprob": raw.gather(-1, argmax).squeeze(-1).cpu().tolist(),
+            "top_vals": top_vals.cpu().tolist(),
+            "top_ids": top_ids.cpu().tolist(),
+        }
+    prompt_ids = tokenizer([p.prompt for p in trace.prompts])["input_ids"]
+    preferred = {
+        values["argmax"][b][t]
+        for b, p in enumerate(trace.prompts)
+        for t, s in enumerate(p.steps)
+        if values["argmax"][b][t] != s.token_id
+    }
+    # Texts of the preferred tokens (greedy) and of every top-k id (the trace's token_texts), each id decoded once.
+    top = {i for b, p in enumerate(trace.prompts) for t in range(len(p.steps)) for i in values["top_ids"][b][t]}
+    texts = _token_texts(tokenizer, sorted(top | (preferred if greedy else set())))
+    prompts = []
+    preferences = []
+    for b, p in enumerate(trace.prompts):
+        forced, preference = _forced_prompt(p, tuple(int(i) for i in prompt_ids[b]), b, values, texts, greedy)
+        prompts.append(forced)
+        if preference is not None:
+            preferences.append(preference)
+    device = next(model.parameters()).device
+    actual = GenerationTrace(
+        prompts=tuple(prompts),
+        settings=dict(trace.settings),
+        model=model_fingerprint(model),
+        tokenizer=tokenizer_fingerprint(tokenizer),
+        environment=environment(model, device),
+        token_texts=alternative_texts(prompts, texts),
+    )
+    return actual, tuple(preferences)
+
+
+def _forced_prompt(
+    p: PromptTrace,
+    prompt_ids: tuple[int, ...],
+    b: int,
+    values: dict[str, list[list[Any]]],
+    texts: dict[int, str],
+    greedy: bool,
+) -> tuple[PromptTrace, Preference | None]:
+    """One prompt's teacher-forced path; for greedy traces it ends at the first step whose argmax moved."""
+    steps: list[Step] = []
+    finish = p.finish_reason
+    preference = None
+    # The values come from float32 tensors (see teacher_force_with_preferences): float32 already, no re-rounding.
+    logprobs, scores, bests = values["logprob"][b], values["score"][b], values["best"][b]
+    top_ids, top_vals, argmax = values["top_ids"][b], values["top_vals"][b], values["argmax"][b]
+    for t, recorded in enumerate(p.steps):
+        top = (tuple(top_ids[t]), tuple(top_vals[t]))
+        best = bests[t]
+        preferred = argmax[t]
+        if greedy and preferred != recorded.token_id:
+            # The model now prefers another token: re-generation would diverge here and nothing after counts.
+            steps.append(
+                Step(
+                    token_id=preferred,
+                    token=texts.get(preferred, ""),
+                    logprob=values["argmax_logprob"][b][t],
+                    score=best,
+                    top_ids=top[0],
+                    top_logprobs=top[1],
+                    best_score=best,
+                )
+            )
+            preference = Preference(
+                prompt_index=b,
+                step=t,
+                recorded_id=recorded.token_id,
+                recorded_token=recorded.token,
+                recorded_logprob=recorded.logprob,
+                recorded_logprob_now=logprobs[t],
+                preferred_id=preferred,
+                preferred_token=steps[-1].token,
+                preferred_logprob=steps[-1].logprob,
+            )
+            finish = "stop"
+            break
+        steps.append(
+            Step(
+                token_id=recorded.token_id,
+                token=recorded.token,
+                logprob=logprobs[t],
+                score=scores[t],
+                top_ids=top[0],
+                top_logprobs=top[1],
+                best_score=best,
+            )
+        )
+    forced = PromptTrace(prompt=p.prompt, prompt_ids=prompt_ids, steps=tuple(steps), finish_reason=finish, text=p.text)
+    return forced, preference

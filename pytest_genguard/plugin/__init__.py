@@ -1,0 +1,169 @@
+"""The pytest plugin: options, ini, markers, fixtures, report header and terminal summary. Wiring only.
+
+pytest imports this module in every project where pytest-genguard is installed, so it imports nothing heavy: torch
+and transformers load when a genguard fixture or function is first used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from importlib import metadata
+from typing import Any
+
+import pytest
+
+pytest.register_assert_rewrite(
+    "pytest_genguard.core.repetition", "pytest_genguard.hf.invariants", "pytest_genguard.plugin.snapshot"
+)
+
+from pytest_genguard.core import events  # noqa: E402
+from pytest_genguard.plugin import keep, session  # noqa: E402
+from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
+    genguard_device,
+    genguard_finetune,
+    genguard_snapshot,
+    genguard_tokenizer,
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("genguard", "genguard: regression tests for model decoding")
+    group.addoption(
+        "--genguard-gpu",
+        action="store_true",
+        default=False,
+        help="run genguard fixtures and record() on CUDA in deterministic mode, and run tests marked genguard_gpu.",
+    )
+    group.addoption(
+        "--genguard-update-stale",
+        action="store_true",
+        default=False,
+        help="re-record only snapshots whose model/tokenizer/settings changed; regressions keep failing.",
+    )
+    group.addoption(
+        "--genguard-rebuild",
+        action="store_true",
+        default=False,
+        help="retrain genguard_finetune models instead of using the cache.",
+    )
+    group.addoption("--genguard-report", metavar="PATH", default=None, help="write a self-contained HTML report.")
+    group.addoption(
+        "--genguard-record-reference",
+        metavar="DIR",
+        default=None,
+        help="write this environment's traces to DIR (reference traces for another environment).",
+    )
+    group.addoption(
+        "--genguard-reference",
+        metavar="DIR",
+        default=None,
+        help="compare this run's traces against reference traces in DIR with the tolerant rule.",
+    )
+    group.addoption(
+        "--genguard-baselines",
+        choices=("shared", "per-env"),
+        default="shared",
+        help="snapshots shared by all environments (default), or kept per environment class (cpu-float32, ...).",
+    )
+    parser.addini("genguard_atol", "absolute tolerance for logprobs (default: by dtype)", default="")
+    parser.addini("genguard_rtol", "relative tolerance for logprobs (default: by dtype)", default="")
+    parser.addini(
+        "genguard_tie_tol", "logprob gap under which a divergence is a near tie (default: by dtype)", default=""
+    )
+    parser.addini("genguard_cache_dir", "where fine-tuned models are cached (default: pytest's cache dir)", default="")
+    parser.addini(
+        "genguard_pin_dir",
+        "where pinned fine-tuned weights live, relative to the rootdir (default: __genguard_pins__); commit it",
+        default="",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "genguard(atol=None, rtol=None, tie_tol=None, allow_nonfinite=False): per-test tolerances for genguard "
+        "comparisons; allow_nonfinite=True lets a snapshot hold NaN/inf logprobs or scores.",
+    )
+    config.addinivalue_line(
+        "markers", "genguard_gpu: needs CUDA; runs only with --genguard-gpu (skipped with a reason otherwise)."
+    )
+    settings = session.settings_from_config(config)  # a bad value stops here (exit 4), before any snapshot is touched
+    config.stash[session.SETTINGS_KEY] = settings
+    config.stash[session.TALLY_KEY] = session.Tally()
+    keep.configure(config)  # what --snapshot-update may delete
+    from pytest_genguard.plugin.summary import GenguardReporter
+
+    config.pluginmanager.register(GenguardReporter(config), "genguard-reporter")
+    if settings.gpu:
+        from pytest_genguard.plugin.gpu import configure_gpu
+
+        configure_gpu(config)
+    if settings.reference is not None or settings.record_reference is not None:
+        from pytest_genguard.plugin.reference import configure_reference
+
+        configure_reference(config)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = session.settings(config)
+    versions = []
+    for dist in ("torch", "transformers", "syrupy"):
+        try:
+            versions.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{dist} missing")
+    lines = [f"genguard: {', '.join(versions)}"]
+    if settings.gpu:
+        from pytest_genguard.plugin.gpu import header_lines
+
+        lines.extend(header_lines(config))
+    else:
+        lines.append("genguard: device cpu (--genguard-gpu runs on CUDA)")
+    return lines
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("genguard_gpu") is not None and not session.settings(item.config).gpu:
+        pytest.skip("genguard_gpu test: needs CUDA, run with --genguard-gpu")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    collected: list[dict[str, Any]] = []
+    item.stash[session.EVENTS_KEY] = collected
+    token = events.begin(collected)
+    try:
+        return (yield)
+    finally:
+        events.end(token)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    if report.when == "call" or (report.when == "setup" and report.failed):  # events of a fixture that failed too
+        events = item.stash.get(session.EVENTS_KEY, [])
+        if events:
+            report.user_properties.append((session.USER_PROPERTY, list(events)))
+    return report
+
+
+def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, right: object) -> list[str] | None:
+    import sys
+
+    snapshot = sys.modules.get(
+        "pytest_genguard.plugin.snapshot"
+    )  # no genguard_snapshot can exist before it is imported
+    if snapshot is not None:
+        lines: list[str] | None = snapshot.assertrepr(op, left, right)
+        if lines is not None:
+            return lines
+    from pytest_genguard.core.trace import GenerationTrace
+
+    if op == "==" and isinstance(left, GenerationTrace) and isinstance(right, GenerationTrace):
+        from pytest_genguard.core.compare import compare
+
+        # The right operand is the reference: `assert new == recorded` reads like `assert trace == snapshot`.
+        explanation = str(compare(right, left)).splitlines()
+        return ["GenerationTrace == GenerationTrace (left: new, right: recorded)", *explanation]
+    return None

@@ -1,0 +1,52 @@
+"""The genguard fixtures. Each imports its torch-side module only when a test asks for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_genguard.plugin import session
+
+if TYPE_CHECKING:
+    import torch
+    from syrupy.assertion import SnapshotAssertion
+    from transformers import PreTrainedTokenizerFast
+
+    from pytest_genguard.hf.finetune import FineTuned
+
+
+@pytest.fixture(scope="session")
+def genguard_device(pytestconfig: pytest.Config) -> torch.device:
+    """The device genguard runs on: `cuda:(worker index mod device count)` with --genguard-gpu, else cpu."""
+    from pytest_genguard.plugin.gpu import device_for
+
+    return device_for(pytestconfig)
+
+
+@pytest.fixture(scope="session")
+def genguard_tokenizer() -> PreTrainedTokenizerFast:
+    """The shipped tiny byte-level BPE tokenizer (offline)."""
+    from pytest_genguard.hf.tiny import tiny_tokenizer
+
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def genguard_finetune(pytestconfig: pytest.Config, genguard_device: torch.device) -> Callable[..., FineTuned]:
+    """Factory: `genguard_finetune("gpt2", steps=..., seed=...)` returns a fine-tuned tiny model, cached."""
+    from pytest_genguard.hf.finetune import finetune_factory
+
+    return finetune_factory(pytestconfig, genguard_device)
+
+
+@pytest.fixture
+def genguard_snapshot(snapshot: SnapshotAssertion, request: pytest.FixtureRequest) -> Any:
+    """syrupy's `snapshot` with the genguard extension: tolerant, near-tie aware, stale-aware JSON snapshots."""
+    from pytest_genguard.plugin.snapshot import genguard_snapshot_for
+
+    return genguard_snapshot_for(snapshot, request)
+
+
+__all__ = ["genguard_device", "genguard_finetune", "genguard_snapshot", "genguard_tokenizer", "session"]

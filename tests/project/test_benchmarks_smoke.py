@@ -1,0 +1,88 @@
+"""The benchmark scripts still run (`python -m benchmarks --smoke`: tiny sizes, no timing assertions)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "RESULTS.md"
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    return (path.stat().st_mtime_ns, path.stat().st_size) if path.exists() else None
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """`benchmarks.run`, importable from the repository root (benchmarks/ is not an installed package)."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    from benchmarks import run
+
+    return run
+
+
+def test_every_benchmark_figure_runs_at_smoke_size_and_lands_in_the_table(
+    tmp_path: Path, bench: types.ModuleType
+) -> None:
+    out = tmp_path / "RESULTS.md"
+    before = _stamp(RESULTS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GENGUARD_"))}
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    text = out.read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| figure")]
+    assert rows, text
+    assert not [r for r in rows if "error:" in r], text
+    statuses = [r.rstrip(" |").split(" | ")[4] for r in rows]
+    assert set(statuses) <= {"met", "**missed**", "report"}, statuses
+    sections = set(re.findall(r"^`--only (\w+)`", text, flags=re.MULTILINE))
+    assert sections == set(bench.FIGURES), f"figures without a section: {set(bench.FIGURES) - sections}"
+    assert "- CPU: " in text and "Load average" in text
+    # A smoke run writes only where it was told: the published table is left alone.
+    assert _stamp(RESULTS) == before
+
+
+def _boom(smoke: bool) -> list[object]:
+    raise RuntimeError("this figure is broken")
+
+
+def test_a_figure_that_raises_becomes_an_error_row_and_a_failing_exit_status(
+    tmp_path: Path, bench: types.ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = types.ModuleType("genguard_bench_boom")
+    module.run = _boom  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "genguard_bench_boom", module)
+    monkeypatch.setitem(bench.FIGURES, "boom", ("genguard_bench_boom", "run"))
+    # In-process: keep this worker's torch threads and the harness setting as they are.
+    monkeypatch.setattr(bench, "_set_threads", lambda n: None)
+    monkeypatch.setattr(bench.harness, "COLLECT", bench.harness.COLLECT)
+    out = tmp_path / "table.md"
+
+    assert bench.main(["--smoke", "--only", "boom", "--out", str(out)]) == 1
+    assert "error: RuntimeError: this figure is broken" in out.read_text(encoding="utf-8")
+    assert "this figure is broken" in capsys.readouterr().err
+
+
+def test_an_unknown_figure_name_is_refused_with_the_valid_names(
+    bench: types.ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--only", "nope"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "nope" in err and "verify" in err and "startup" in err

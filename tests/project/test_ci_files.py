@@ -1,0 +1,202 @@
+"""The CI workflows and the CUDA Dockerfile are checked like code.
+
+Each linter runs on the committed files (check-jsonschema, zizmor, hadolint, all in the ``test``
+extra); the rules they do not know about (SHA pins, no expressions in shell scripts, the gate's
+command line, a non-root user, deterministic cuBLAS) are asserted here directly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / ".github" / "workflows"
+CI = WORKFLOWS / "ci.yml"
+GPU = WORKFLOWS / "gpu.yml"
+DOCKERFILE = ROOT / "Dockerfile.cuda"
+DOCKERIGNORE = ROOT / ".dockerignore"
+
+FULL_SHA = re.compile(r"^[^@\s]+@[0-9a-f]{40}$")
+TIMEOUT_S = 120
+
+
+def _tool(name: str) -> str:
+    """Path of a linter's executable, preferring the running interpreter's environment."""
+    beside_python = Path(sys.executable).parent / name
+    if beside_python.is_file():
+        return str(beside_python)
+    found = shutil.which(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed; install the test extra: pip install -e '.[test]'")
+    return found
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+
+
+def _load(path: Path) -> dict[Any, Any]:
+    yaml = pytest.importorskip("yaml")
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(data, dict), f"{path.name} is not a YAML mapping"
+    return data
+
+
+def _steps(workflow: dict[Any, Any]) -> list[dict[str, Any]]:
+    return [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, with comments dropped and continuations joined."""
+    logical: list[str] = []
+    pending = ""
+    for raw in DOCKERFILE.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        logical.append(pending + line)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    pairs = []
+    for line in logical:
+        instruction, _, arguments = line.partition(" ")
+        pairs.append((instruction.upper(), arguments.strip()))
+    return pairs
+
+
+@pytest.mark.parametrize("workflow", [CI, GPU], ids=lambda p: p.name)
+def test_workflow_matches_the_github_workflow_schema(workflow: Path) -> None:
+    result = _run(
+        _tool("check-jsonschema"),
+        "--builtin-schema",
+        "vendor.github-workflows",
+        str(workflow),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_zizmor_finds_no_high_severity_issue_in_the_workflows() -> None:
+    result = _run(_tool("zizmor"), "--offline", "--no-progress", "--format", "json", str(WORKFLOWS))
+    # zizmor exits non-zero whenever it has findings; 1 and 2 are its own failures (bad input).
+    assert result.returncode not in (1, 2), result.stderr
+    findings = json.loads(result.stdout)
+    high = [
+        f"{finding['ident']}: {finding['desc']}"
+        for finding in findings
+        if finding["determinations"]["severity"] == "High"
+    ]
+    assert not high, "zizmor high-severity findings:\n" + "\n".join(high)
+
+
+def test_hadolint_passes_the_cuda_dockerfile_without_warnings() -> None:
+    result = _run(_tool("hadolint"), "--no-color", str(DOCKERFILE))
+    report = result.stdout + result.stderr
+    assert result.returncode == 0, report
+    assert not result.stdout.strip(), report
+
+
+@pytest.mark.parametrize("workflow", [CI, GPU], ids=lambda p: p.name)
+def test_every_action_is_pinned_to_a_full_commit_sha(workflow: Path) -> None:
+    data = _load(workflow)
+    uses = [step["uses"] for step in _steps(data) if "uses" in step]
+    uses += [job["uses"] for job in data["jobs"].values() if "uses" in job]
+    assert uses, f"{workflow.name} uses no actions at all"
+    unpinned = [ref for ref in uses if not FULL_SHA.match(ref)]
+    assert not unpinned, f"pin these to a 40-character commit SHA in {workflow.name}: {unpinned}"
+
+
+@pytest.mark.parametrize("workflow", [CI, GPU], ids=lambda p: p.name)
+def test_shell_steps_take_no_template_expressions(workflow: Path) -> None:
+    # An expression in `run:` is pasted into the script before the shell sees it: pass values
+    # through `env:` and quote the variable instead.
+    scripts = [step["run"] for step in _steps(_load(workflow)) if "run" in step]
+    expanded = [script for script in scripts if "${{" in script]
+    assert not expanded, f"{workflow.name} expands expressions inside run: {expanded}"
+
+
+@pytest.mark.parametrize("workflow", [CI, GPU], ids=lambda p: p.name)
+def test_workflow_reads_only_and_does_not_persist_credentials(workflow: Path) -> None:
+    data = _load(workflow)
+    assert data.get("permissions") == {"contents": "read"}
+    checkouts = [s for s in _steps(data) if s.get("uses", "").startswith("actions/checkout@")]
+    assert checkouts, f"{workflow.name} never checks out the repository"
+    for step in checkouts:
+        assert step.get("with", {}).get("persist-credentials") is False
+
+
+def test_cpu_ci_lints_types_and_tests_every_supported_python_on_cpu_torch() -> None:
+    data = _load(CI)
+    (job,) = data["jobs"].values()
+    assert job["strategy"]["matrix"]["python-version"] == ["3.11", "3.12", "3.13"]
+    scripts = "\n".join(step["run"] for step in job["steps"] if "run" in step)
+    for command in (
+        "--index-url https://download.pytorch.org/whl/cpu",
+        'pip install -e ".[test]"',
+        "ruff check .",
+        "ruff format --check .",
+        "mypy pytest_genguard",
+        "pytest -n 2",
+    ):
+        assert command in scripts, f"ci.yml does not run {command!r}"
+    assert scripts.index("whl/cpu") < scripts.index('".[test]"'), "CPU torch must come first"
+
+
+def test_gpu_gate_runs_the_cuda_image_on_a_gpu_runner_and_always_uploads_the_report() -> None:
+    data = _load(GPU)
+    triggers = data["on"] if "on" in data else data[True]  # YAML 1.1 reads a bare `on` as True
+    assert {"push", "pull_request", "workflow_dispatch"} <= set(triggers)
+    (job,) = data["jobs"].values()
+    assert job["runs-on"] == ["self-hosted", "linux", "gpu"]
+    scripts = "\n".join(step["run"] for step in job["steps"] if "run" in step)
+    assert "--file Dockerfile.cuda" in scripts
+    assert "docker run --gpus all" in scripts
+    (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["if"] == "always()"
+    assert upload["with"]["path"].rstrip("/") == "artifacts"
+
+
+def test_cuda_dockerfile_runs_the_gpu_suite_as_a_non_root_user_with_deterministic_cublas() -> None:
+    instructions = _dockerfile_instructions()
+    (base,) = [args for name, args in instructions if name == "FROM"]
+    assert re.fullmatch(r"pytorch/pytorch:[\w.-]+-cuda[\w.-]+@sha256:[0-9a-f]{64}", base), base
+
+    env = " ".join(args for name, args in instructions if name == "ENV")
+    assert "CUBLAS_WORKSPACE_CONFIG=:4096:8" in env
+    assert "PYTHONHASHSEED=0" in env
+
+    users = [args for name, args in instructions if name == "USER"]
+    assert users, "Dockerfile.cuda never leaves root"
+    assert users[-1].split(":")[0] not in {"root", "0"}
+
+    (cmd,) = [args for name, args in instructions if name == "CMD"]
+    argv = json.loads(cmd)
+    assert argv[0] == "pytest"
+    assert "--genguard-gpu" in argv
+
+    run = " ".join(args for name, args in instructions if name == "RUN")
+    assert "pip install --no-cache-dir" in run
+    assert '".[test]"' in run
+
+
+def test_docker_build_context_leaves_out_local_state() -> None:
+    ignored = set(DOCKERIGNORE.read_text(encoding="utf-8").split())
+    assert {".git", ".venv", "artifacts"} <= ignored
