@@ -5,7 +5,7 @@ Traces come from `record()` on the tiny llama (2048 positions, `min_new_tokens` 
 comparison walks every step and value and ends "within tolerance" rather than taking any identical-input shortcut.
 
 The headline of the compare figure is what `assert trace == genguard_snapshot` costs beyond syrupy's file reading:
-serialize the received trace, then `compare_texts()` (parse both, `compare()`, render the explanation).
+serialize the received trace, then `compare_documents()` (parse both, `compare()`, render the explanation).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _FIELD = re.compile(r'"(\w+)": (\[[^\]]*\]|"(?:[^"\\]|\\.)*"|[^,}]+)')
 
 
 def _nudged(trace: Any) -> Any:
-    from pytest_genguard.core.trace import float32
+    from pytest_genguard.core.jsontext import float32
 
     def step(s: Any) -> Any:
         return dataclasses.replace(
@@ -51,18 +51,19 @@ def _trace(steps: int) -> Any:
 
 def run_compare(smoke: bool) -> list[Result]:
     from pytest_genguard.core.compare import compare
-    from pytest_genguard.core.trace import GenerationTrace, format_float
-    from pytest_genguard.plugin.snapshot import compare_texts
+    from pytest_genguard.core.documents import compare_documents
+    from pytest_genguard.core.jsontext import format_float
+    from pytest_genguard.core.trace import GenerationTrace
 
     steps = 20 if smoke else STEPS
     n = 2 if smoke else 25
     expected = _trace(steps)
     actual = _nudged(expected)
     stored = expected.to_json()
-    verdict = compare_texts(actual.to_json(), stored, {}).verdict
+    verdict = compare_documents(actual.to_json(), stored).verdict
 
     def assertion() -> Any:
-        return compare_texts(actual.to_json(), stored, {})
+        return compare_documents(actual.to_json(), stored)
 
     full = repeat(assertion, n)
     parts = {
@@ -78,7 +79,7 @@ def run_compare(smoke: bool) -> list[Result]:
     full_ms = full.scaled(1000)
     met = full_ms.median < COMPARE_AIM_MS
     details = [
-        f"- serialize + compare_texts(), ms min/median/max: {full_ms.text('{:.1f}')}",
+        f"- serialize + compare_documents(), ms min/median/max: {full_ms.text('{:.1f}')}",
         *(f"- {name}: {ms(s.median)} (median of {n})" for name, s in parts.items()),
         f"- verdict: {verdict}; {steps} steps, top-5, one prompt",
         f"- where to_json() goes: `format_float()` (the shortest decimal that round-trips each float32 value, "
@@ -90,12 +91,13 @@ def run_compare(smoke: bool) -> list[Result]:
     if not met:
         details.append(
             "- the aim is out of reach for the whole path in pure Python: every float is formatted once and parsed "
-            'twice with per-value checks. What would cut it: `compare_texts` answering "identical" when the two '
+            'twice with per-value checks. What would cut it: `compare_documents` answering "identical" when the two '
             "texts are equal (the common case, no parsing at all), and comparing the received trace object instead "
             "of parsing back the text just serialized from it"
         )
         calls = 1 if smoke else 5
-        details += ["", f"Profile of {calls} serialize + compare_texts() calls:", "", *profile(assertion, calls=calls)]
+        head = f"Profile of {calls} serialize + compare_documents() calls:"
+        details += ["", head, "", *profile(assertion, calls=calls)]
     compare_ms = parts["compare() of the parsed traces"].median * 1000
     return [
         Result(

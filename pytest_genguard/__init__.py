@@ -23,13 +23,13 @@ _EXPORTS: dict[str, str] = {
     "TokenizerFingerprint": "core.trace",
     "TraceFormatError": "core.trace",
     "compare": "core.compare",
-    "Comparison": "core.compare",
-    "Tolerances": "core.compare",
-    "Verdict": "core.compare",
-    "tolerances_for": "core.compare",
-    "EXACT": "core.compare",
+    "Comparison": "core.comparison",
+    "Tolerances": "core.tolerances",
+    "Verdict": "core.verdict",
+    "tolerances_for": "core.tolerances",
+    "EXACT": "core.tolerances",
     "assert_no_repetition": "core.repetition",
-    "assert_well_formed": "core.repetition",
+    "assert_well_formed": "core.well_formed",
     "Checkpoint": "core.history",
     "RecorderHistory": "core.history",
     "GenguardTrainingWarning": "core.history",
@@ -111,9 +111,11 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from pytest_genguard import strategies as strategies
-    from pytest_genguard.core.compare import EXACT, Comparison, Tolerances, Verdict, compare, tolerances_for
+    from pytest_genguard.core.compare import compare
+    from pytest_genguard.core.comparison import Comparison
     from pytest_genguard.core.history import Checkpoint, GenguardTrainingWarning, RecorderHistory
-    from pytest_genguard.core.repetition import assert_no_repetition, assert_well_formed
+    from pytest_genguard.core.repetition import assert_no_repetition
+    from pytest_genguard.core.tolerances import EXACT, Tolerances, tolerances_for
     from pytest_genguard.core.trace import (
         GenerationTrace,
         ModelFingerprint,
@@ -122,6 +124,8 @@ if TYPE_CHECKING:
         TokenizerFingerprint,
         TraceFormatError,
     )
+    from pytest_genguard.core.verdict import Verdict
+    from pytest_genguard.core.well_formed import assert_well_formed
     from pytest_genguard.hf.cache import GenguardCacheWarning
     from pytest_genguard.hf.finetune import FineTuned, finetune
     from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint

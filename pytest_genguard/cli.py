@@ -16,6 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.documents import compare_documents, parse_document
+from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.history import RecorderHistory
+from pytest_genguard.core.html import TraceFile, render_trace_files
+from pytest_genguard.core.text import clean, display_token, quote
+from pytest_genguard.core.tolerances import BFLOAT16, Overrides, tolerances_for
 from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
 
 if TYPE_CHECKING:
@@ -71,15 +78,13 @@ def load_document(path: Path) -> Document:
     """Read a trace or history file, turning every way it can be wrong into a `CliError` that names the file."""
     text = _read_text(path)
     try:
-        if '"genguard_history"' in text[:200]:
-            from pytest_genguard.core.history import history_from_json
-
-            history = history_from_json(text, source=str(path))
-            labelled = tuple((_checkpoint_label(i, c.step, c.event, c.loss), c.trace) for i, c in enumerate(history))
-            return Document(path, text, labelled, is_history=True)
-        return Document(path, text, (("", GenerationTrace.from_json(text, source=str(path))),), is_history=False)
+        document = parse_document(text, str(path))
     except TraceFormatError as exc:
         raise CliError(str(exc)) from None
+    if isinstance(document, RecorderHistory):
+        labelled = tuple((_checkpoint_label(i, c.step, c.event, c.loss), c.trace) for i, c in enumerate(document))
+        return Document(path, text, labelled, is_history=True)
+    return Document(path, text, (("", document),), is_history=False)
 
 
 def load_trace(path: Path) -> GenerationTrace:
@@ -106,8 +111,6 @@ def _fmt(value: float, digits: int = 4) -> str:
 
 
 def _tie_tol(trace: GenerationTrace) -> float:
-    from pytest_genguard.core.compare import BFLOAT16, tolerances_for
-
     try:
         return tolerances_for(trace.dtype).tie_tol
     except ValueError:  # an unknown dtype: the loosest defaults, as compare() does
@@ -116,11 +119,8 @@ def _tie_tol(trace: GenerationTrace) -> float:
 
 def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, top: int | None) -> int:
     """Metadata lines and one table per prompt; returns how many fragile steps were flagged."""
-    from rich.table import Table
+    from rich.table import Table  # rich only where the tables are drawn: `genguard diff` does without it
     from rich.text import Text
-
-    from pytest_genguard.core.explain import quote
-    from pytest_genguard.plugin.report_html import clean, display_token
 
     tie_tol = _tie_tol(trace)
     meta = [("model", f"{trace.model.short()} ({trace.model.dtype})" if trace.model else "(not recorded)")]
@@ -196,8 +196,7 @@ def diff(
     stream: IO[str] | None = None,
 ) -> int:
     """Compare two trace (or history) files with the rule the tests use; print the pytest failure text."""
-    from pytest_genguard.core.compare import compare
-
+    overrides = Overrides(atol=atol, rtol=rtol, tie_tol=tie_tol)
     expected = load_document(expected_path)
     actual = load_document(actual_path)
     if expected.is_history != actual.is_history:
@@ -208,19 +207,11 @@ def diff(
         )
     try:
         if expected.is_history:
-            from pytest_genguard.plugin.snapshot import compare_texts
-
-            overrides = {k: v for k, v in (("atol", atol), ("rtol", rtol), ("tie_tol", tie_tol)) if v is not None}
-            outcome = compare_texts(actual.text, expected.text, overrides, source=str(expected_path))
+            outcome = compare_documents(actual.text, expected.text, overrides=overrides, source=str(expected_path))
             ok, text = outcome.ok, outcome.detail
         else:
             comparison = compare(
-                expected.traces[0][1],
-                actual.traces[0][1],
-                atol=atol,
-                rtol=rtol,
-                tie_tol=tie_tol,
-                check_fingerprints=check_fingerprints,
+                expected.traces[0][1], actual.traces[0][1], check_fingerprints=check_fingerprints, **overrides.args()
             )
             ok, text = comparison.ok, str(comparison)
     except ValueError as exc:  # a tolerance compare() rejects
@@ -249,8 +240,6 @@ def find_trace_files(folder: Path) -> list[Path]:
 
 def report(folder: Path, output: Path, *, stream: IO[str] | None = None) -> int:
     """Render every trace file under `folder` into one HTML file; unreadable traces are listed and fail the command."""
-    from pytest_genguard.core.files import atomic_write_text
-    from pytest_genguard.plugin.report_html import TraceFile, render_trace_files
 
     if not folder.exists():
         raise CliError(f"{folder}: no such folder")

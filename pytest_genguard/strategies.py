@@ -10,20 +10,23 @@ combining characters), generations may be empty.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import (
     FINISH_REASONS,
     GenerationTrace,
-    JSONScalar,
     ModelFingerprint,
     PromptTrace,
     Step,
     TokenizerFingerprint,
 )
+from pytest_genguard.hf.tiny import corpus_texts
 
 # ---- trace strategies (torch-free)
 
@@ -238,10 +241,6 @@ _NON_ASCII_WORDS: tuple[str, ...] = ("café", "naïve", "über", "東京", "😀
 
 
 def _register_profile() -> None:
-    import os
-
-    from hypothesis import HealthCheck, settings
-
     settings.register_profile(
         PROFILE,
         # A generate() call takes 10 ms to seconds depending on load: a deadline would only make tests flaky.
@@ -262,14 +261,10 @@ _register_profile()
 
 def load_profile(name: str = PROFILE) -> None:
     """Make `name` (default: the "genguard" profile) hypothesis' active settings, e.g. in a conftest.py."""
-    from hypothesis import settings
-
     settings.load_profile(name)
 
 
 def _corpus_words() -> list[str]:
-    from pytest_genguard.hf.tiny import corpus_texts
-
     words = {w.strip(".,;:!?\"'") for text in corpus_texts() for w in text.split()}
     return sorted(w for w in words if w)
 
@@ -333,7 +328,7 @@ def _generation_configs(draw: st.DrawFn, max_new_tokens: int, modes: tuple[str, 
         if draw(st.booleans()):
             kwargs["min_new_tokens"] = draw(st.integers(1, n))
     elif mode == "sample":
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig  # only for sampling configs: torch-free strategies stay torch-free
 
         kwargs["seed"] = draw(st.integers(0, 2**16))
         kwargs["generation_config"] = GenerationConfig(

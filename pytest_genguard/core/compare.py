@@ -17,136 +17,25 @@ Every part is symmetric (``compare(a, b)`` and ``compare(b, a)`` give the same v
 tolerances (a pass stays a pass under looser ones); the tests check both as properties. `PromptTrace.text` (the
 decoded text) is derived from the ids and not compared.
 
-Pure standard library: `import pytest_genguard.core.compare` never imports torch.
+Pure standard library: `import pytest_genguard.core.compare` never imports torch. The tolerances are in
+`pytest_genguard.core.tolerances`, the result (`Comparison`) and its explanation in `pytest_genguard.core.comparison`.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
+from typing import Unpack
 
-from pytest_genguard.core.trace import GenerationTrace, JSONScalar, ModelFingerprint, PromptTrace, Step
+from pytest_genguard.core.comparison import Comparison
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.text import quote
+from pytest_genguard.core.tolerances import ToleranceArgs, Tolerances, default_tolerances, resolve, same
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step
+from pytest_genguard.core.verdict import Divergence, DivergenceKind, ErrorStats, Verdict, worst
 
-DivergenceKind = Literal["token", "logprob", "topk", "length", "finish_reason", "prompt"]
-
-
-# ---------------------------------------------------------------------------------------------------- tolerances
-
-
-@dataclass(frozen=True)
-class Tolerances:
-    """How far two traces may drift and still count as the same behaviour.
-
-    `atol`/`rtol` bound each logprob/score difference: ``|a - b| <= atol + rtol * max(|a|, |b|)`` (symmetric, unlike
-    numpy's ``rtol * |b|``, so that ``compare(a, b)`` and ``compare(b, a)`` agree). `tie_tol` bounds the logprob gap
-    between the two tokens at a split for it to count as a near tie; ``tie_tol=0`` tolerates no split at all.
-    """
-
-    atol: float
-    rtol: float
-    tie_tol: float
-
-    def __post_init__(self) -> None:
-        for name in ("atol", "rtol", "tie_tol"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"Tolerances: {name} must be a number >= 0, got {value!r}")
-
-    def replace(
-        self, *, atol: float | None = None, rtol: float | None = None, tie_tol: float | None = None
-    ) -> Tolerances:
-        """A copy with the given fields overridden (None keeps the current value)."""
-        return Tolerances(
-            atol=self.atol if atol is None else atol,
-            rtol=self.rtol if rtol is None else rtol,
-            tie_tol=self.tie_tol if tie_tol is None else tie_tol,
-        )
-
-    def loosest(self, other: Tolerances) -> Tolerances:
-        """Field-wise maximum: the tolerance for comparing traces recorded in two different dtypes."""
-        return Tolerances(max(self.atol, other.atol), max(self.rtol, other.rtol), max(self.tie_tol, other.tie_tol))
-
-    def allowed(self, a: float, b: float) -> float:
-        """The largest |a - b| accepted for this pair of finite values."""
-        return self.atol + self.rtol * max(abs(a), abs(b))
-
-    def close(self, a: float, b: float) -> bool:
-        """Whether two values agree: equal (NaN equals NaN, inf equals inf), or finite and within tolerance."""
-        if same(a, b):
-            return True
-        if not (math.isfinite(a) and math.isfinite(b)):
-            return False
-        return abs(a - b) <= self.allowed(a, b)
-
-    def __str__(self) -> str:
-        return f"atol {self.atol:g}, rtol {self.rtol:g}, tie_tol {self.tie_tol:g}"
-
-
-EXACT = Tolerances(0.0, 0.0, 0.0)
-"""Bitwise comparison, for reruns within one environment (deterministic settings on one machine)."""
-
-FLOAT32 = Tolerances(atol=1e-6, rtol=1e-4, tie_tol=1e-3)
-FLOAT16 = Tolerances(atol=5e-3, rtol=5e-3, tie_tol=0.06)
-BFLOAT16 = Tolerances(atol=1e-2, rtol=1e-2, tie_tol=0.1)
-
-TRAINING = Tolerances(atol=0.02, rtol=0.1, tie_tol=0.5)
-"""For traces recorded *during training* (a recorder history), compared across machines: training amplifies the
-rounding of the CPU's kernels. Measured (torch 2.13, transformers 5.23): genguard's default recipes, seeds 0-2,
-trained under the AVX2 and the scalar kernel sets, keep the same token paths at every checkpoint with logprobs
-apart by at most 0.13 in absolute and 2.5% in relative terms (t5; gpt2 0.068 / 2.5%; llama 0.001 / 0.02%). rtol
-0.1 is four times the worst relative drift, atol 0.02 covers logprobs near 0, and tie_tol follows the dtype rule
-(twice the band of a logprob near -5, rounded down: a split that close is rounding, not training)."""
-TRAINING_LOSS = Tolerances(atol=1e-3, rtol=2e-2, tie_tol=0.0)
-"""For the training loss a recorder history logs: measured apart by at most 4.4e-4 absolute and 0.36% relative
-under the same kernel sets (2x and 5x margins). Also covers transformers 4.5x logging the loss rounded to 4 digits."""
-
-_DTYPE_ALIASES: dict[str, Tolerances] = {
-    **dict.fromkeys(("float32", "fp32", "f32", "float", "single", "float64", "fp64", "f64", "double"), FLOAT32),
-    **dict.fromkeys(("float16", "fp16", "f16", "half"), FLOAT16),
-    **dict.fromkeys(("bfloat16", "bf16"), BFLOAT16),
-}
-
-
-def tolerances_for(dtype: str | None) -> Tolerances:
-    """Default tolerances for traces recorded in `dtype` (HF's eager-vs-sdpa figures for atol/rtol).
-
-    float32 (also None, float64): atol 1e-6, rtol 1e-4; float16: 5e-3/5e-3; bfloat16: 1e-2/1e-2.
-    `tie_tol` follows one rule for all dtypes: at a greedy split each side's gap is at most the sum of the two
-    tokens' drifts, so a near tie is a gap within twice the atol/rtol band of a logprob near -5 (two candidates of
-    a flat distribution), rounded to one significant figure: 2 * (atol + 5 * rtol) gives float32 1e-3, float16 0.06,
-    bfloat16 0.1. Spellings such as "float32", "torch.float32", "fp32", "bf16", "half" are accepted.
-    """
-    if dtype is None:
-        return FLOAT32
-    key = str(dtype).strip().lower().removeprefix("torch.")
-    if key == "":
-        return FLOAT32
-    try:
-        return _DTYPE_ALIASES[key]
-    except KeyError:
-        known = "float32/fp32, float16/fp16/half, bfloat16/bf16, float64 (or None)"
-        raise ValueError(
-            f"tolerances_for: unknown dtype {dtype!r} (known: {known}); pass atol=, rtol=, tie_tol= explicitly"
-        ) from None
-
-
-def default_tolerances(expected: GenerationTrace, actual: GenerationTrace) -> Tolerances:
-    """The loosest of the two traces' dtype defaults (symmetric); unknown dtypes fall back to bfloat16's."""
-    found = []
-    for dtype in (expected.dtype, actual.dtype):
-        try:
-            found.append(tolerances_for(dtype))
-        except ValueError:
-            found.append(BFLOAT16)
-    return found[0].loosest(found[1])
-
-
-def same(a: float, b: float) -> bool:
-    """Bitwise-style equality of two floats as `==`, except that NaN equals NaN."""
-    return a == b or (math.isnan(a) and math.isnan(b))
+__all__ = ["compare"]
 
 
 def _same_scalar(a: JSONScalar, b: JSONScalar) -> bool:
@@ -155,124 +44,6 @@ def _same_scalar(a: JSONScalar, b: JSONScalar) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return same(a, b)
     return a == b
-
-
-# ---------------------------------------------------------------------------------------------------- results
-
-
-class Verdict(enum.StrEnum):
-    """The outcome of a comparison, best first (REGRESSION and STALE fail)."""
-
-    IDENTICAL = "identical"
-    WITHIN_TOLERANCE = "within tolerance"
-    TOLERATED = "tolerated divergence"
-    REGRESSION = "regression"
-    STALE = "stale"
-
-    @property
-    def ok(self) -> bool:
-        """Whether the comparison holds (identical, within tolerance, or a tolerated near-tie divergence)."""
-        return self in (Verdict.IDENTICAL, Verdict.WITHIN_TOLERANCE, Verdict.TOLERATED)
-
-
-_SEVERITY = {Verdict.IDENTICAL: 0, Verdict.WITHIN_TOLERANCE: 1, Verdict.TOLERATED: 2, Verdict.REGRESSION: 3}
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """Where one prompt's new generation first stops matching the recorded one, and why.
-
-    `kind` is "token" (a different token, or the same id decoding to different text), "logprob" (chosen logprob or
-    score beyond tolerance), "topk" (a top-k value beyond tolerance, or a token new to/gone from the top-k that did
-    not just cross its edge), "length", "finish_reason" or "prompt" (same prompt text, different prompt ids).
-    `step` is 0-based: the step of the split, the first step one side lacks ("length"), the last step
-    ("finish_reason"), or 0 ("prompt"). Ranks are 0-based ranks of each side's token in the other side's top-k.
-    `gap` is the near-tie gap: max(|lp_exp[exp] - lp_exp[act]|, |lp_act[act] - lp_act[exp]|), None where a token is
-    absent from the other's top-k. `tolerated` is True for a near-tie split.
-    """
-
-    prompt_index: int
-    prompt: str
-    step: int
-    kind: DivergenceKind
-    expected_token_id: int | None = None
-    actual_token_id: int | None = None
-    expected_token: str | None = None
-    actual_token: str | None = None
-    expected_logprob: float | None = None
-    actual_logprob: float | None = None
-    expected_rank_in_actual: int | None = None
-    actual_rank_in_expected: int | None = None
-    expected_margin: float | None = None
-    actual_margin: float | None = None
-    gap: float | None = None
-    detail: str = ""
-    tolerated: bool = False
-
-    @property
-    def verdict(self) -> Verdict:
-        return Verdict.TOLERATED if self.tolerated else Verdict.REGRESSION
-
-
-@dataclass(frozen=True)
-class ErrorStats:
-    """Error statistics over the float values compared (pytest-regressions style).
-
-    `compared` counts value pairs checked (chosen logprob, score, each top-k entry); `exceeded` those beyond
-    tolerance; `max_abs`/`mean_abs`/`max_rel` the absolute and relative errors (inf where one side is non-finite and
-    the other differs); `worst` where the largest absolute error is ("prompt 0 step 3 top_logprobs[2]"), None when
-    every value is equal.
-    """
-
-    compared: int = 0
-    exceeded: int = 0
-    max_abs: float = 0.0
-    mean_abs: float = 0.0
-    max_rel: float = 0.0
-    worst: str | None = None
-
-    @property
-    def exceeded_share(self) -> float:
-        return self.exceeded / self.compared if self.compared else 0.0
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """The result of `compare()`: truthy when the behaviour holds; `str()` explains it (see `explain.render`)."""
-
-    verdict: Verdict
-    tolerances: Tolerances
-    divergences: tuple[Divergence, ...] = ()
-    stale_reasons: tuple[str, ...] = ()
-    environment_diff: tuple[tuple[str, JSONScalar, JSONScalar], ...] = ()
-    stats: ErrorStats = field(default_factory=ErrorStats)
-    expected: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
-    actual: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
-    prompt_verdicts: tuple[Verdict | None, ...] = ()
-
-    def __bool__(self) -> bool:
-        return self.verdict.ok
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict.ok
-
-    @property
-    def first(self) -> Divergence | None:
-        """The first divergence overall (lowest prompt index), tolerated or not."""
-        return self.divergences[0] if self.divergences else None
-
-    @property
-    def regressions(self) -> tuple[Divergence, ...]:
-        return tuple(d for d in self.divergences if not d.tolerated)
-
-    def __str__(self) -> str:
-        from pytest_genguard.core.explain import render
-
-        return render(self)
-
-
-# ---------------------------------------------------------------------------------------------------- the rule
 
 
 class _Stats:
@@ -478,8 +249,6 @@ def _short_hash(value: str) -> str:
 
 
 def _value(value: JSONScalar) -> str:
-    from pytest_genguard.core.explain import quote
-
     return quote(value, 40) if isinstance(value, str) else repr(value)
 
 
@@ -511,8 +280,6 @@ def _config_changes(expected: ModelFingerprint, actual: ModelFingerprint) -> lis
 
 
 def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fingerprints: bool) -> tuple[str, ...]:
-    from pytest_genguard.core.explain import quote
-
     reasons = []
     em, am = expected.model, actual.model
     if check_fingerprints and em is not None and am is not None:
@@ -568,23 +335,19 @@ def compare(
     expected: GenerationTrace,
     actual: GenerationTrace,
     *,
-    atol: float | None = None,
-    rtol: float | None = None,
-    tie_tol: float | None = None,
-    tolerances: Tolerances | None = None,
     check_fingerprints: bool = True,
+    **tolerances: Unpack[ToleranceArgs],
 ) -> Comparison:
     """Compare a new trace with a recorded one under the divergence rule (see the module docstring).
 
     Tolerances default to `tolerances_for()` of the traces' dtype (the loosest of the two when they differ), or to
-    `tolerances`; `atol`/`rtol`/`tie_tol` override single fields. `check_fingerprints=False` ignores model and
+    `tolerances=`; `atol=`/`rtol=`/`tie_tol=` override single fields. `check_fingerprints=False` ignores model and
     tokenizer fingerprints (to compare two models on purpose). Never raises on valid traces.
     """
     for name, value in (("expected", expected), ("actual", actual)):
         if not isinstance(value, GenerationTrace):
             raise TypeError(f"compare: {name} must be a GenerationTrace, got {type(value).__name__}")
-    base = tolerances if tolerances is not None else default_tolerances(expected, actual)
-    tol = base.replace(atol=atol, rtol=rtol, tie_tol=tie_tol)
+    tol = resolve(default_tolerances(expected, actual), tolerances)
     stats = _Stats()
     divergences: list[Divergence] = []
     verdicts: list[Verdict | None] = []
@@ -598,10 +361,7 @@ def compare(
             divergences.append(div)
     verdicts += [None] * (max(len(expected.prompts), len(actual.prompts)) - len(verdicts))
     stale = _stale_reasons(expected, actual, check_fingerprints)
-    if stale:
-        overall = Verdict.STALE
-    else:
-        overall = max((v for v in verdicts if v is not None), key=_SEVERITY.__getitem__, default=Verdict.IDENTICAL)
+    overall = Verdict.STALE if stale else worst(v for v in verdicts if v is not None)
     return Comparison(
         verdict=overall,
         tolerances=tol,

@@ -9,11 +9,11 @@ extension, the fine-tuning cache) must not import torch or transformers, which t
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_genguard.core.jsontext import SPECIAL_FLOATS, exact_number
 from pytest_genguard.core.trace import GenerationTrace, TraceFormatError, dumps, loads
 
 __all__ = [
@@ -64,17 +64,6 @@ class RecorderHistory(list[Checkpoint]):
 # ---------------------------------------------------------------------------------------------------- JSON form
 
 
-def _exact(value: float | None) -> str:
-    """Loss and epoch are not float32 data: written exactly (repr), NaN/inf as strings like trace.py does."""
-    if value is None:
-        return "null"
-    if math.isnan(value):
-        return '"nan"'
-    if math.isinf(value):
-        return '"inf"' if value > 0 else '"-inf"'
-    return repr(float(value))
-
-
 def history_to_json(history: Iterable[Checkpoint]) -> str:
     """The history as JSON: one header line per checkpoint, each trace embedded in trace.py's own layout."""
     blocks = []
@@ -82,16 +71,13 @@ def history_to_json(history: Iterable[Checkpoint]) -> str:
         trace_text = dumps(c.trace).rstrip("\n").replace("\n", "\n      ")
         blocks.append(
             "    {\n"
-            f'      "step": {int(c.step)}, "epoch": {_exact(c.epoch)}, "loss": {_exact(c.loss)}, '
+            f'      "step": {int(c.step)}, "epoch": {exact_number(c.epoch)}, "loss": {exact_number(c.loss)}, '
             f'"event": {json.dumps(c.event)},\n'
             f'      "trace": {trace_text}\n'
             "    }"
         )
     checkpoints = "[\n" + ",\n".join(blocks) + "\n  ]" if blocks else "[]"
     return f'{{\n  "genguard_history": {HISTORY_FORMAT},\n  "checkpoints": {checkpoints}\n}}\n'
-
-
-_SPECIAL = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 def _history_error(source: str, problem: str) -> TraceFormatError:
@@ -104,8 +90,8 @@ def _history_error(source: str, problem: str) -> TraceFormatError:
 def _optional_number(raw: Any, where: str, source: str) -> float | None:
     if raw is None:
         return None
-    if isinstance(raw, str) and raw in _SPECIAL:
-        return _SPECIAL[raw]
+    if isinstance(raw, str) and raw in SPECIAL_FLOATS:
+        return SPECIAL_FLOATS[raw]
     if isinstance(raw, bool) or not isinstance(raw, (int, float)):
         raise _history_error(source, f"{where}: expected a number or null, found {raw!r}")
     return float(raw)

@@ -21,31 +21,29 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pytest_genguard.core.jsontext import (
+    SPECIAL_FLOATS,
+    JSONScalar,
+    float32,
+    floats_text,
+    format_float,
+    ints_text,
+    mapping_text,
+    string_text,
+)
+
 SCHEMA_VERSION = 1
 
-JSONScalar = str | int | float | bool | None
 FinishReason = Literal["eos", "length", "stop"]
 FINISH_REASONS: tuple[str, ...] = ("eos", "length", "stop")
 
 
 class TraceFormatError(ValueError):
     """A trace document that cannot be read: corrupt, hand-broken, or of another schema version."""
-
-
-def float32(value: float) -> float:
-    """Round a Python float to the nearest float32, the precision traces store."""
-    if math.isnan(value) or math.isinf(value):
-        return value
-    try:
-        return float(struct.unpack("<f", struct.pack("<f", value))[0])
-    except OverflowError:
-        return math.copysign(math.inf, value)
 
 
 @dataclass(frozen=True)
@@ -196,61 +194,6 @@ class GenerationTrace:
 # ---------------------------------------------------------------------------------------------------- encoding
 
 
-def format_float(value: float) -> str:
-    """Shortest decimal text that round-trips the float32 nearest to `value`; NaN/inf as JSON strings."""
-    if math.isnan(value):
-        return '"nan"'
-    if math.isinf(value):
-        return '"inf"' if value > 0 else '"-inf"'
-    target = float32(value)
-    if target == 0.0:
-        return "-0.0" if math.copysign(1.0, target) < 0 else "0.0"
-    for digits in range(6, 10):
-        text = f"{target:.{digits}g}"
-        if float32(float(text)) == target:
-            break
-    if "e" not in text and "." not in text and "inf" not in text:
-        text += ".0"
-    return text
-
-
-# Lone surrogates (bytes of an incomplete UTF-8 sequence) cannot be written as UTF-8; U+0085, U+2028 and U+2029 are
-# line breaks to some editors and to str.splitlines(), which would break "one step per line": escape them all.
-_ESCAPED = re.compile("[\ud800-\udfff\u0085\u2028\u2029]")
-
-
-def _string(value: str) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-
-
-def _scalar(value: JSONScalar) -> str:
-    if isinstance(value, bool) or value is None:
-        return json.dumps(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        # Settings and environment values are not float32 data: keep them exactly (repr), NaN/inf as strings.
-        return repr(value) if math.isfinite(value) else format_float(value)
-    return _string(value)
-
-
-def _mapping(values: Mapping[str, JSONScalar], indent: str) -> str:
-    if not values:
-        return "{}"
-    inner = indent + "  "
-    lines = [f"{inner}{_string(k)}: {_scalar(v)}" for k, v in sorted(values.items())]
-    return "{\n" + ",\n".join(lines) + "\n" + indent + "}"
-
-
-def _ints(values: Sequence[int]) -> str:
-    return "[" + ", ".join(str(int(v)) for v in values) + "]"
-
-
-def _floats(values: Sequence[float]) -> str:
-    return "[" + ", ".join(format_float(v) for v in values) + "]"
-
-
 def _margin(value: float) -> str:
     """The derived top-1/top-2 margin, for the reader's eye only (never read back): 4 significant digits."""
     return format_float(value) if not math.isfinite(value) else f"{value:.4g}"
@@ -259,9 +202,9 @@ def _margin(value: float) -> str:
 def _step(step: Step) -> str:
     best = "" if step.best_score is None else f'"best_score": {format_float(step.best_score)}, '
     return (
-        f'{{"id": {step.token_id}, "token": {_string(step.token)}, "logprob": {format_float(step.logprob)}, '
+        f'{{"id": {step.token_id}, "token": {string_text(step.token)}, "logprob": {format_float(step.logprob)}, '
         f'"score": {format_float(step.score)}, {best}"margin": {_margin(step.margin)}, '
-        f'"top_ids": {_ints(step.top_ids)}, "top_logprobs": {_floats(step.top_logprobs)}}}'
+        f'"top_ids": {ints_text(step.top_ids)}, "top_logprobs": {floats_text(step.top_logprobs)}}}'
     )
 
 
@@ -270,10 +213,10 @@ def _prompt(p: PromptTrace) -> str:
     steps_text = "[\n" + steps + "\n      ]" if p.steps else "[]"
     return (
         "    {\n"
-        f'      "prompt": {_string(p.prompt)},\n'
-        f'      "prompt_ids": {_ints(p.prompt_ids)},\n'
-        f'      "finish_reason": {_string(p.finish_reason)},\n'
-        f'      "text": {_string(p.text)},\n'
+        f'      "prompt": {string_text(p.prompt)},\n'
+        f'      "prompt_ids": {ints_text(p.prompt_ids)},\n'
+        f'      "finish_reason": {string_text(p.finish_reason)},\n'
+        f'      "text": {string_text(p.text)},\n'
         f'      "steps": {steps_text}\n'
         "    }"
     )
@@ -282,16 +225,16 @@ def _prompt(p: PromptTrace) -> str:
 def dumps(trace: GenerationTrace) -> str:
     """The schema-1 JSON text of `trace` (see the module docstring for the format)."""
     model = _model(trace.model) if trace.model else "null"
-    tokenizer = _mapping(vars_of(trace.tokenizer), "  ") if trace.tokenizer else "null"
+    tokenizer = mapping_text(vars_of(trace.tokenizer), "  ") if trace.tokenizer else "null"
     prompts = "[\n" + ",\n".join(_prompt(p) for p in trace.prompts) + "\n  ]" if trace.prompts else "[]"
     texts = f',\n  "token_texts": {_texts(trace.token_texts)}' if trace.token_texts else ""
     return (
         "{\n"
         f'  "schema": {SCHEMA_VERSION},\n'
-        f'  "settings": {_mapping(trace.settings, "  ")},\n'
+        f'  "settings": {mapping_text(trace.settings, "  ")},\n'
         f'  "model": {model},\n'
         f'  "tokenizer": {tokenizer},\n'
-        f'  "environment": {_mapping(trace.environment, "  ")},\n'
+        f'  "environment": {mapping_text(trace.environment, "  ")},\n'
         f'  "prompts": {prompts}{texts}\n'
         "}\n"
     )
@@ -299,7 +242,7 @@ def dumps(trace: GenerationTrace) -> str:
 
 def _texts(texts: Mapping[int, str], width: int = 114) -> str:
     """The id -> token table, sorted by id, several entries per line (derived data: compact beats one per line)."""
-    entries = [f'"{token_id}": {_string(text)}' for token_id, text in sorted(texts.items())]
+    entries = [f'"{token_id}": {string_text(text)}' for token_id, text in sorted(texts.items())]
     lines: list[str] = []
     for entry in entries:
         if lines and len(lines[-1]) + len(entry) + 2 <= width:
@@ -320,16 +263,14 @@ def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScala
 
 
 def _model(model: ModelFingerprint) -> str:
-    text = _mapping(vars_of(model), "  ")
+    text = mapping_text(vars_of(model), "  ")
     if model.config is None:
         return text
-    config = _mapping(model.config, "    ")
+    config = mapping_text(model.config, "    ")
     return text[: -len("\n  }")] + f',\n    "config": {config}\n  }}'
 
 
 # ---------------------------------------------------------------------------------------------------- decoding
-
-_SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
 class _Reader:
@@ -366,8 +307,8 @@ class _Reader:
 
     def float_(self, value: Any, where: str) -> float:
         """A stored float32 value (the text is its shortest decimal, so snap it back to float32)."""
-        if isinstance(value, str) and value in _SPECIAL_FLOATS:
-            return _SPECIAL_FLOATS[value]
+        if isinstance(value, str) and value in SPECIAL_FLOATS:
+            return SPECIAL_FLOATS[value]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.fail(where, f"expected a number, found {value!r}")
         return float32(float(value))
@@ -382,7 +323,7 @@ class _Reader:
         for k, v in self.obj(value, where).items():
             if v is not None and not isinstance(v, (str, int, float, bool)):
                 raise self.fail(f"{where}.{k}", f"expected a scalar, found {type(v).__name__}")
-            out[k] = _SPECIAL_FLOATS.get(v, v) if isinstance(v, str) and k in _FLOAT_SETTINGS else v
+            out[k] = SPECIAL_FLOATS.get(v, v) if isinstance(v, str) and k in _FLOAT_SETTINGS else v
         return out
 
 

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.history import RecorderHistory, history_from_json, history_to_json
+from pytest_genguard.hf.fingerprint import model_fingerprint
 
 if TYPE_CHECKING:
-    import pytest
     from transformers import PreTrainedModel
 
-    from pytest_genguard.core.history import RecorderHistory
 
 __all__ = [
     "CACHE_FORMAT",
@@ -41,7 +41,6 @@ __all__ = [
     "CacheFolderError",
     "Fetched",
     "GenguardCacheWarning",
-    "cache_dir_for",
     "cache_key",
     "default_cache_dir",
     "fetch",
@@ -91,20 +90,6 @@ def default_cache_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("genguard"))
-
-
-def cache_dir_for(config: pytest.Config) -> Path:
-    """Inside pytest: ini `genguard_cache_dir`, else pytest's cache dir (`.pytest_cache/d/genguard`), else (with
-    `-p no:cacheprovider`) the cache outside pytest."""
-    from pytest_genguard.plugin import session
-
-    configured = session.settings(config).cache_dir
-    if configured is not None:
-        return configured
-    cache = getattr(config, "cache", None)
-    if cache is not None:
-        return Path(cache.mkdir("genguard"))
-    return default_cache_dir()
 
 
 def cache_key(parts: Mapping[str, Any]) -> str:
@@ -260,8 +245,6 @@ def save_model_entry(directory: Path, model: PreTrainedModel, history: RecorderH
     written without its progress bar) and the recorder history."""
     from transformers.utils import logging as hf_logging
 
-    from pytest_genguard.core.history import history_to_json
-
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -279,9 +262,6 @@ def load_model_entry(
     import dataclasses
 
     from safetensors.torch import load_file
-
-    from pytest_genguard.core.history import history_from_json
-    from pytest_genguard.hf.fingerprint import model_fingerprint
 
     state = load_file(str(entry / WEIGHTS_FILE))
     missing, unexpected = skeleton.load_state_dict(state, strict=False)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.trace import JSONScalar
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.hf.fingerprint import model_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -65,8 +65,6 @@ def environment(
         "cpu_capability": _cpu_capability(t),
     }
     if model is not None:
-        from pytest_genguard.hf.fingerprint import model_dtype
-
         fields["dtype"] = model_dtype(model)
         fields["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
     if dev.type == "cuda":
@@ -74,41 +72,16 @@ def environment(
     return fields
 
 
-def environment_class(fields: Mapping[str, JSONScalar] | Any) -> str:
-    """A short key for environment-keyed baselines: 'cpu-float32', 'cuda-sm90-bfloat16' (device type, GPU
-    capability on CUDA, dtype; float32 when the dtype is unknown)."""
-    dtype = fields.get("dtype") or "float32"
-    if fields.get("device_type") == "cuda":
-        cap = str(fields.get("gpu_capability") or "").replace(".", "")
-        return f"cuda-sm{cap}-{dtype}"
-    return f"{fields.get('device_type') or 'cpu'}-{dtype}"
-
-
-# Fields that cannot change what a kernel computes: the interpreter, and which of several identical GPUs ran it
-# (device_type and the GPU's name, capability and SM count are compared instead of "cuda:0" vs "cuda:1").
-NOT_NUMERIC_FIELDS = frozenset({"python", "device"})
-
-
-def environment_differences(expected: Mapping[str, JSONScalar], actual: Mapping[str, JSONScalar]) -> tuple[str, ...]:
-    """The numerically relevant fields whose values differ (a field set on one side only differs)."""
-    keys = (set(expected) | set(actual)) - NOT_NUMERIC_FIELDS
-    return tuple(sorted(k for k in keys if k not in expected or k not in actual or not _same(expected[k], actual[k])))
-
-
-def same_environment(expected: Mapping[str, JSONScalar], actual: Mapping[str, JSONScalar]) -> bool:
-    """Whether two traces come from the same environment, where deterministic decoding is bitwise reproducible.
-
-    Same environment = both environments recorded (non-empty), the same environment class, and every field except
-    `python` and the device index equal: torch, transformers, platform, CPU capability, thread count, dtype,
-    attention implementation, deterministic flags and, on CUDA, the CUDA/cuDNN versions, GPU name, capability, SM
-    count, TF32 and cuBLAS workspace settings. Anything unknown counts as different, so the tolerant rule applies.
-    """
-    if not expected or not actual:
-        return False
-    if environment_class(expected) != environment_class(actual):
-        return False
-    return not environment_differences(expected, actual)
-
-
-def _same(a: JSONScalar, b: JSONScalar) -> bool:
-    return type(a) is type(b) and a == b
+def cuda_unavailable_reason(torch_mod: Any) -> str | None:
+    """Why CUDA cannot be used (None when it can), in words that name the likely cause."""
+    build = getattr(torch_mod.version, "cuda", None)
+    if not build:
+        return f"torch {torch_mod.__version__} is a CPU-only build (torch.version.cuda is None)"
+    if not torch_mod.cuda.is_available():
+        return (
+            f"torch {torch_mod.__version__} (CUDA {build}) finds no usable CUDA device "
+            "(torch.cuda.is_available() is False)"
+        )
+    if int(torch_mod.cuda.device_count()) < 1:
+        return "torch.cuda.device_count() is 0"
+    return None

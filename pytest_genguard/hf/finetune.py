@@ -18,17 +18,17 @@ import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata, resources
-from math import inf
+from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
+from pytest_genguard.core import events
+from pytest_genguard.core.history import RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.core.trace import ModelFingerprint
 from pytest_genguard.hf.cache import (
     CACHE_FORMAT,
-    cache_dir_for,
     cache_key,
     default_cache_dir,
     fetch,
@@ -36,6 +36,8 @@ from pytest_genguard.hf.cache import (
     load_model_entry,
     save_model_entry,
 )
+from pytest_genguard.hf.fingerprint import config_hash, model_fingerprint, tokenizer_fingerprint, weights_hash
+from pytest_genguard.hf.inputs import torch_device
 from pytest_genguard.hf.pins import (
     HISTORY_FILE,
     WEIGHTS_FILE,
@@ -47,34 +49,26 @@ from pytest_genguard.hf.pins import (
     read_pin,
     write_pin,
 )
+from pytest_genguard.hf.recipe import (
+    LR_SCHEDULER,
+    RECORD_MAX_NEW_TOKENS,
+    RECORD_TOP_K,
+    TRAIN_THREADS,
+    Collator,
+    Recipe,
+    RecipeArgs,
+    examples_for,
+    recipe_hash,
+    recipe_inputs,
+)
+from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 
 if TYPE_CHECKING:
-    import pytest
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-    from pytest_genguard.hf.recorder import RecorderHistory
 
-__all__ = ["DEFAULT_LEARNING_RATES", "DEFAULT_STEPS", "FineTuned", "Pinning", "finetune", "finetune_factory"]
-
-DEFAULT_STEPS: dict[str, int] = {"gpt2": 150, "llama": 100, "t5": 150}
-"""Optimizer steps per arch that make the default models sharp: with them every arch ends every probe prompt with EOS,
-smallest greedy top-1/top-2 margin measured 4.86 (gpt2), 7.60 (llama), 5.91 (t5) nats (tests/hf/test_finetune.py asserts
-4.5)."""
-DEFAULT_LEARNING_RATES: dict[str, float] = {"gpt2": 1e-2, "llama": 1e-2, "t5": 5e-3}
-"""Per arch. t5 at 1e-2 is chaotic: the same recipe under the AVX2 and the scalar CPU kernels ended 2 nats apart in
-its probes' logprobs; at 5e-3 it ends 0.02-0.13 apart, like gpt2 (0.015-0.07) and llama (< 0.002), which is what the
-training tolerance (`compare.TRAINING`) is set from."""
-RECIPE_INIT = "portable-1"
-"""The initialisation `tiny_model` uses (part of every recipe: genguard's earlier, machine-dependent initialisation
-made other weights from the same recipe)."""
-DEFAULT_BATCH_SIZE = 8
-LR_SCHEDULER = "linear"
-RECORD_MAX_NEW_TOKENS = 24
-RECORD_TOP_K = 5
-TRAIN_THREADS = 1
-HISTORY_POINTS = 4
-"""The recorder records this many times during training (and not again at the end: the last step is recorded)."""
+__all__ = ["FineTuned", "Pinning", "cache_key_parts", "finetune", "make"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,125 +89,10 @@ class FineTuned:
     """The pin folder the weights came from or were written to (None: trained on this machine, not pinned)."""
 
 
-@dataclass(frozen=True)
-class _Spec:
-    """Everything the user chose that determines the fine-tuned weights (hashable: the factory's memo key)."""
-
-    arch: str
-    steps: int
-    seed: int
-    corpus: tuple[str, ...]
-    prompts: tuple[str, ...]
-    learning_rate: float
-    batch_size: int
-
-    @property
-    def every_n_steps(self) -> int:
-        return max(1, self.steps // HISTORY_POINTS)
-
-
-def _spec(
-    arch: str,
-    steps: int | None,
-    seed: int,
-    corpus: Sequence[str] | None,
-    prompts: Sequence[str] | None,
-    learning_rate: float | None,
-    batch_size: int,
-) -> _Spec:
-    from pytest_genguard.hf.tiny import ARCHS, finetune_texts, probe_prompts
-
-    if arch not in ARCHS:
-        raise ValueError(f"finetune(arch={arch!r}): unknown arch; valid archs are {', '.join(ARCHS)}")
-    steps = DEFAULT_STEPS[arch] if steps is None else steps
-    learning_rate = DEFAULT_LEARNING_RATES[arch] if learning_rate is None else learning_rate
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"finetune(steps={steps!r}): must be a positive number of optimizer steps.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"finetune(batch_size={batch_size!r}): must be a positive integer.")
-    if isinstance(seed, bool) or not isinstance(seed, int):  # int(2.5) would train (and cache) seed 2 silently
-        raise ValueError(f"finetune(seed={seed!r}): must be an integer.")
-    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not 0 < learning_rate < inf:
-        raise ValueError(f"finetune(learning_rate={learning_rate!r}): must be a finite number > 0.")
-    texts = _strings(corpus, "corpus") if corpus is not None else tuple(finetune_texts())
-    probes = _strings(prompts, "prompts") if prompts is not None else tuple(probe_prompts())
-    return _Spec(arch, steps, int(seed), texts, probes, float(learning_rate), batch_size)
-
-
-def _strings(values: Sequence[str], name: str) -> tuple[str, ...]:
-    items = (values,) if isinstance(values, str) else tuple(values)
-    if not items or not all(isinstance(v, str) and v.strip() for v in items):
-        raise ValueError(f"finetune({name}=...): pass a non-empty list of non-empty strings.")
-    return items
-
-
-# ---------------------------------------------------------------------------------------------------- data
-
-
-def _encoder_input(text: str, prompts: Sequence[str]) -> str:
-    """T5's encoder input for a sentence: the longest probe prompt it starts with, else its first two words."""
-    matches = [p for p in prompts if text.startswith(p) and len(p) < len(text)]
-    if matches:
-        return max(matches, key=len)
-    return " ".join(text.split()[:2])
-
-
-class _Examples:
-    """A map-style dataset of token-id examples (a `torch.utils.data.Dataset` by protocol)."""
-
-    def __init__(self, items: list[dict[str, list[int]]]) -> None:
-        self.items = items
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def __getitem__(self, index: int) -> dict[str, list[int]]:
-        return self.items[index]
-
-
-def _examples(spec: _Spec, tokenizer: PreTrainedTokenizerFast) -> _Examples:
-    """EOS is appended to every target and is never masked: the model must learn to stop."""
-    eos = str(tokenizer.eos_token)
-    items: list[dict[str, list[int]]] = []
-    for text in spec.corpus:
-        if spec.arch == "t5":
-            source = _encoder_input(text, spec.prompts)
-            target = text[len(source) :] if text.startswith(source) else text
-            items.append({"input_ids": tokenizer(source)["input_ids"], "labels": tokenizer(target + eos)["input_ids"]})
-        else:
-            items.append({"input_ids": tokenizer(text + eos)["input_ids"]})
-    return _Examples(items)
-
-
-class _Collator:
-    """Right-pads a batch; only padding is masked (-100) in the labels, so EOS stays a target."""
-
-    def __init__(self, pad_id: int) -> None:
-        self.pad_id = pad_id
-
-    def __call__(self, batch: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
-        import torch
-
-        def pad(rows: list[list[int]], value: int) -> torch.Tensor:
-            out = torch.full((len(rows), max(len(r) for r in rows)), value, dtype=torch.long)
-            for i, row in enumerate(rows):
-                out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            return out
-
-        ids = [b["input_ids"] for b in batch]
-        input_ids = pad(ids, self.pad_id)
-        attention_mask = pad([[1] * len(r) for r in ids], 0)
-        if "labels" in batch[0]:
-            labels = pad([b["labels"] for b in batch], -100)
-        else:
-            labels = input_ids.masked_fill(attention_mask == 0, -100)
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-
-
 # ---------------------------------------------------------------------------------------------------- training
 
 
-def _training_arguments(spec: _Spec, output_dir: str, progress: bool) -> Any:
+def _training_arguments(spec: Recipe, output_dir: str, progress: bool) -> Any:
     """TrainingArguments for transformers 5 or 4.x, chosen by the signature (not the version string)."""
     from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
@@ -250,7 +129,7 @@ def _training_defaults() -> dict[str, Any]:
 
 
 def _train(
-    spec: _Spec, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, progress: bool
+    spec: Recipe, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, progress: bool
 ) -> tuple[RecorderHistory, float]:
     """Fine-tune `model` in place, on the CPU; the caller's RNG streams are left as they were (the Trainer reseeds
     them). Always the CPU: tiny models gain nothing from a GPU, and CPU-trained weights are the same model wherever
@@ -259,7 +138,7 @@ def _train(
     from transformers import Seq2SeqTrainer, Trainer
     from transformers.trainer_callback import PrinterCallback
 
-    from pytest_genguard.core import events
+    # The recorder is a transformers TrainerCallback: importing it imports transformers, so only when training.
     from pytest_genguard.hf.recorder import GenerationRecorder, preserved_rng
 
     recorder = GenerationRecorder(
@@ -279,8 +158,8 @@ def _train(
         trainer = trainer_cls(
             model=model,
             args=_training_arguments(spec, output_dir, progress),
-            train_dataset=_examples(spec, tokenizer),
-            data_collator=_Collator(int(tokenizer.pad_token_id)),
+            train_dataset=examples_for(spec, tokenizer),
+            data_collator=Collator(int(tokenizer.pad_token_id)),
             callbacks=[recorder],
             **{tokenizer_kw: tokenizer},
         )
@@ -319,10 +198,9 @@ def _cpu_capability() -> str:
     return str(torch.backends.cpu.get_cpu_capability())
 
 
-def _key_parts(spec: _Spec, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> Any:
+def cache_key_parts(spec: Recipe, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> Any:
     """Everything that determines the weights training makes on this machine: the recipe, the libraries, and the
     CPU kernel set (training amplifies its rounding: AVX2 and the scalar kernels train other weights)."""
-    from pytest_genguard.hf.fingerprint import config_hash, tokenizer_fingerprint, weights_hash
 
     versions = _versions()
     versions.pop("pytest-genguard")  # the cache format version stands for our code
@@ -350,47 +228,17 @@ def _key_parts(spec: _Spec, model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     }
 
 
-def recipe_inputs(spec: _Spec) -> dict[str, Any]:
-    """How the model is made, from our own inputs only, readable (it is written into every pin's manifest)."""
-    from pytest_genguard.hf.tiny import config_arguments
-
-    shipped = resources.files("pytest_genguard").joinpath("data", "tokenizer.json").read_bytes()
-    return {
-        "arch": spec.arch,
-        "config": config_arguments(spec.arch),
-        "init": RECIPE_INIT,
-        "tokenizer_file": hashlib.sha256(shipped).hexdigest(),
-        "corpus": hashlib.sha256(json.dumps(spec.corpus).encode()).hexdigest(),
-        "prompts": list(spec.prompts),
-        "training": [spec.steps, spec.learning_rate, spec.batch_size, LR_SCHEDULER, spec.every_n_steps],
-        "record": [RECORD_MAX_NEW_TOKENS, RECORD_TOP_K, TRAIN_THREADS],
-        "seed": spec.seed,
-    }
-
-
-def recipe_hash(spec: _Spec) -> str:
-    """How the model was made, from our own inputs only: the model's identity in its fingerprint.
-
-    Unlike the cache key it leaves out everything a library upgrade or another CPU changes (versions, the config's
-    full dict, the Trainer's defaults, the kernel set), so the same recipe elsewhere is the same model, compared for
-    drift rather than called stale.
-    """
-    return cache_key(recipe_inputs(spec))
-
-
 # ---------------------------------------------------------------------------------------------------- training here
 
 
 def _trained(
-    spec: _Spec, root: Path, device: torch.device, progress: bool, force: Callable[[dict[str, Any]], bool], run_id: str
+    spec: Recipe, root: Path, device: torch.device, progress: bool, force: Callable[[dict[str, Any]], bool], run_id: str
 ) -> FineTuned:
     """Fine-tuned on this machine, through the per-machine cache."""
-    from pytest_genguard.hf.fingerprint import model_fingerprint
-    from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     skeleton = tiny_model(spec.arch, seed=spec.seed)
-    parts = _key_parts(spec, skeleton, tokenizer)
+    parts = cache_key_parts(spec, skeleton, tokenizer)
     key = cache_key(parts)
     recipe = recipe_hash(spec)
 
@@ -445,7 +293,7 @@ class Pinning:
 
 
 def _pinned(
-    spec: _Spec,
+    spec: Recipe,
     root: Path,
     device: torch.device,
     progress: bool,
@@ -492,7 +340,7 @@ def _pinned(
         return dataclasses.replace(tuned, model=model, pin=folder)
 
 
-def _pin_content(spec: _Spec, tuned: FineTuned, recipe: str, run_id: str) -> PinContent:
+def _pin_content(spec: Recipe, tuned: FineTuned, recipe: str, run_id: str) -> PinContent:
     import platform
 
     trained_in = {
@@ -518,19 +366,13 @@ def _pin_content(spec: _Spec, tuned: FineTuned, recipe: str, run_id: str) -> Pin
 def _write_pin_files(tmp: Path, tuned: FineTuned) -> None:
     from safetensors.torch import save_model
 
-    from pytest_genguard.core.history import history_to_json
-
     save_model(tuned.model, str(tmp / WEIGHTS_FILE))
     (tmp / HISTORY_FILE).write_text(history_to_json(tuned.history), encoding="utf-8")
 
 
-def _load_pin(spec: _Spec, folder: Path, manifest: dict[str, Any], recipe: str, device: torch.device) -> FineTuned:
+def _load_pin(spec: Recipe, folder: Path, manifest: dict[str, Any], recipe: str, device: torch.device) -> FineTuned:
     __tracebackhide__ = True
     from safetensors.torch import load_model
-
-    from pytest_genguard.core.history import history_from_json
-    from pytest_genguard.hf.fingerprint import model_fingerprint
-    from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 
     model = tiny_model(spec.arch, seed=spec.seed)
     model.config.genguard_recipe = recipe
@@ -570,48 +412,38 @@ def _load_pin(spec: _Spec, folder: Path, manifest: dict[str, Any], recipe: str, 
 # ---------------------------------------------------------------------------------------------------- public
 
 
-def _device(device: torch.device | str | None) -> torch.device:
-    """The device to put the trained model on (training always runs on the CPU), checked before training starts."""
-    from pytest_genguard.hf.inputs import torch_device
-
-    return torch_device(device, "finetune()")
-
-
 def finetune(
-    arch: str = "gpt2",
+    arch: str | Recipe = "gpt2",
     *,
-    steps: int | None = None,
-    seed: int = 0,
-    corpus: Sequence[str] | None = None,
-    prompts: Sequence[str] | None = None,
-    learning_rate: float | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
     cache_dir: str | os.PathLike[str] | None = None,
     rebuild: bool = False,
     device: torch.device | str | None = None,
     progress: bool | None = None,
     pin_dir: str | os.PathLike[str] | None = None,
     pin: PinMode = "create",
+    **recipe: Unpack[RecipeArgs],
 ) -> FineTuned:
     """Fine-tune `tiny_model(arch, seed)` on `corpus` (default: the shipped sentences) with a HF Trainer, recording
     `prompts` (default: the shipped probes) as it goes; cached under `cache_dir` (default: `$GENGUARD_CACHE_DIR`,
-    else the user cache dir). `rebuild=True` retrains. `progress=None` shows the Trainer's bar on a terminal.
+    else the user cache dir). `rebuild=True` retrains. `progress=None` shows the Trainer's bar on a terminal. The
+    recipe (`steps`, `seed`, `corpus`, `prompts`, `learning_rate`, `batch_size`) can also be given as a `Recipe`.
 
     With `pin_dir`, the weights are pinned there (see `pytest_genguard.hf.pins`): an existing pin is loaded instead of
     training, so the model is the same on every machine; `pin` says what to do when there is none ("create": train
     and write it; "use": train here with a warning; "refresh": retrain and rewrite it).
     """
-    spec = _spec(arch, steps, seed, corpus, prompts, learning_rate, batch_size)
+    spec = Recipe.of(arch, **recipe)
     if pin not in ("use", "create", "refresh"):
         raise ValueError(f"finetune(pin={pin!r}): must be 'use', 'create' or 'refresh'")
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     show = sys.stderr.isatty() if progress is None else bool(progress)
     pinning = None if pin_dir is None else Pinning(Path(pin_dir), pin)
-    return _finetune(spec, root, _device(device), show, lambda manifest: rebuild, uuid.uuid4().hex, pinning)
+    target = torch_device(device, "finetune()")  # checked before training starts (training always runs on the CPU)
+    return make(spec, root, target, show, lambda manifest: rebuild, uuid.uuid4().hex, pinning)
 
 
-def _finetune(
-    spec: _Spec,
+def make(
+    spec: Recipe,
     root: Path,
     device: torch.device,
     progress: bool,
@@ -619,55 +451,10 @@ def _finetune(
     run_id: str,
     pinning: Pinning | None,
 ) -> FineTuned:
+    """The fine-tuned model of `spec`: trained here through the cache (`pinning` None) or pinned. `force` says,
+    from a cache entry's manifest, whether to retrain it; `run_id` names this run (one per pytest run, shared by its
+    xdist workers, so --genguard-rebuild retrains once)."""
     __tracebackhide__ = True
     if pinning is None:
         return _trained(spec, root, device, progress, force, run_id)
     return _pinned(spec, root, device, progress, force, run_id, pinning)
-
-
-def _run_id(config: pytest.Config) -> str:
-    """One id per test run, shared by the xdist workers of the run (so --genguard-rebuild retrains once)."""
-    workerinput = getattr(config, "workerinput", None)
-    if isinstance(workerinput, dict) and workerinput.get("testrunuid"):
-        return str(workerinput["testrunuid"])
-    return uuid.uuid4().hex
-
-
-def finetune_factory(config: pytest.Config, device: torch.device) -> Callable[..., FineTuned]:
-    """The `genguard_finetune` fixture's factory: `finetune()` with the run's cache dir, pin dir, device and
-    --snapshot-update / --genguard-rebuild, memoized per process by its arguments."""
-    from pytest_genguard.plugin import session
-
-    settings = session.settings(config)
-    root = cache_dir_for(config)
-    rebuild = settings.rebuild
-    run_id = _run_id(config)
-    progress = config.getoption("capture", "fd") == "no" and sys.stderr.isatty()
-    mode: PinMode = "refresh" if rebuild else "create" if settings.snapshot_update else "use"
-    pinning = Pinning(settings.pin_dir, mode)
-    memo: dict[tuple[_Spec, bool], FineTuned] = {}
-
-    def force(manifest: dict[str, Any]) -> bool:
-        return rebuild and manifest.get("run_id") != run_id
-
-    def genguard_finetune(
-        arch: str = "gpt2",
-        *,
-        steps: int | None = None,
-        seed: int = 0,
-        corpus: Sequence[str] | None = None,
-        prompts: Sequence[str] | None = None,
-        learning_rate: float | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        pinned: bool = True,
-    ) -> FineTuned:
-        """A fine-tuned tiny model. `pinned=True`: the pinned weights (the same on every machine: what decoding
-        snapshots need); `pinned=False`: trained on this machine (what a test of training itself needs)."""
-        __tracebackhide__ = True
-        spec = _spec(arch, steps, seed, corpus, prompts, learning_rate, batch_size)
-        key = (spec, bool(pinned))
-        if key not in memo:
-            memo[key] = _finetune(spec, root, device, progress, force, run_id, pinning if pinned else None)
-        return memo[key]
-
-    return genguard_finetune

@@ -8,7 +8,9 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.trace import JSONScalar, ModelFingerprint, TokenizerFingerprint
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.trace import ModelFingerprint, TokenizerFingerprint
+from pytest_genguard.hf import weights_watch
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -154,8 +156,6 @@ def weights_hash(model: PreTrainedModel, *, cached: bool = True) -> str:
     state and reused (`pytest_genguard.hf.weights_watch`): while no weight changed, a call costs a walk over the state
     dict and no read of the weights. `cached=False` hashes every weight now (and refreshes the cache).
     """
-    from pytest_genguard.hf import weights_watch
-
     state = model.state_dict(keep_vars=True)
     if cached:
         digest = weights_watch.lookup(model, state)
@@ -172,8 +172,6 @@ def forget_weights(model: PreTrainedModel) -> None:
     Needed only after changing a few weights in a way torch does not track (in place through `.data` or a numpy view,
     away from the sampled elements: see `pytest_genguard.hf.weights_watch`).
     """
-    from pytest_genguard.hf import weights_watch
-
     weights_watch.forget(model)
 
 

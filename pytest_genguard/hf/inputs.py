@@ -14,7 +14,8 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.explain import quote
+from pytest_genguard.core.text import quote
+from pytest_genguard.hf.environment import cuda_unavailable_reason
 
 if TYPE_CHECKING:
     import torch
@@ -242,8 +243,6 @@ def torch_device(device: Any, where: str, torch_mod: Any = None) -> torch.device
     backend = getattr(backends, parsed.type, None)
     available = getattr(backend, "is_available", None)
     if not callable(available) or not available():
-        from pytest_genguard.plugin.gpu import cuda_unavailable_reason
-
         reason = cuda_unavailable_reason(backends) if parsed.type == "cuda" else f"torch.{parsed.type} is not available"
         raise ValueError(
             f"{where}: device={device!r}: {parsed.type.upper()} is not available here ({reason}); use 'cpu' or None."

@@ -5,8 +5,8 @@
 - `assert_batch_invariant`: a prompt generates the same alone and inside left-padded batches;
 - `assert_cache_invariant`: the KV cache changes nothing (use_cache=True vs False);
 - `assert_continuation_consistent`: k tokens then m more from prompt + those k ids equals k + m at once.
-The processor contracts, and `generate_from_ids` (record() from token ids), live in `processors.py`. Torch-side:
-import only from test code, never from `plugin.py`.
+The processor contracts live in `processors.py`; `generate_from_ids` (record() from token ids) in `record.py`.
+Torch-side: import only from test code, never from the plugin.
 """
 
 from __future__ import annotations
@@ -19,10 +19,15 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core import events
-from pytest_genguard.core.compare import EXACT, Comparison, Tolerances, compare
-from pytest_genguard.core.explain import describe, headline, quote, window
-from pytest_genguard.core.repetition import fail_or_pass
+from pytest_genguard.core.checks import fail_or_pass
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.comparison import Comparison, describe, headline, window
+from pytest_genguard.core.text import quote
+from pytest_genguard.core.tolerances import EXACT, Tolerances
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, dumps
+from pytest_genguard.hf._generation import decoding, prompt_texts
+from pytest_genguard.hf.record import generate_from_ids, record
+from pytest_genguard.hf.tiny import corpus_texts
 
 if TYPE_CHECKING:
     import torch
@@ -40,30 +45,10 @@ _EXPLAIN_LINES = 60
 """Message lines shown for a model invariant: the divergence, its step window, per failing batch size."""
 
 
-def _prompts(prompts: str | Sequence[str], name: str) -> list[str]:
-    plist = [prompts] if isinstance(prompts, str) else list(prompts)
-    if not plist or not all(isinstance(p, str) for p in plist):
-        raise ValueError(f"{name}: prompts must be a non-empty string or list of strings, got {prompts!r}")
-    return plist
-
-
-def _decoding(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, generate_kwargs: dict[str, Any]
-) -> tuple[str, bool]:
-    """("greedy" | "sample" | "beam", whether it samples) for these generate kwargs on this model (beam search may
-    sample too)."""
-    from pytest_genguard.hf.record import _prepare
-
-    prepared = _prepare(model, tokenizer, 1, dict(generate_kwargs))
-    return str(prepared.settings["mode"]), bool(prepared.config.do_sample)
-
-
 def _record(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[str], **kw: Any
 ) -> GenerationTrace:
     """`record()` without its events: an invariant's internal runs are not the test's recordings."""
-    from pytest_genguard.hf.record import record
-
     with events.muted():
         return record(model, tokenizer, prompts, **kw)
 
@@ -121,10 +106,10 @@ def assert_deterministic(
     """
     __tracebackhide__ = True
     name = "assert_deterministic"
-    plist = _prompts(prompts, name)
+    plist = prompt_texts(prompts, name)
     if runs < 2:
         raise ValueError(f"{name}: runs must be >= 2 to compare anything, got {runs}")
-    mode, sampling = _decoding(model, tokenizer, generate_kwargs)
+    mode, sampling = decoding(model, tokenizer, generate_kwargs)
     device = next(model.parameters()).device
     traces = []
     for run in range(runs):
@@ -164,8 +149,6 @@ def _check_tolerances(tolerances: Tolerances | None, name: str) -> None:
 
 
 def _default_fillers() -> list[str]:
-    from pytest_genguard.hf.tiny import corpus_texts
-
     return corpus_texts()
 
 
@@ -193,11 +176,11 @@ def assert_batch_invariant(
     """
     __tracebackhide__ = True
     name = "assert_batch_invariant"
-    plist = _prompts(prompts, name)
+    plist = prompt_texts(prompts, name)
     _check_tolerances(tolerances, name)
     if not batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 2 for b in batch_sizes):
         raise ValueError(f"{name}: batch_sizes must be integers >= 2, got {batch_sizes!r}")
-    if _decoding(model, tokenizer, generate_kwargs)[1]:
+    if decoding(model, tokenizer, generate_kwargs)[1]:
         raise ValueError(f"{name}: sampling draws depend on the batch; check greedy or beam search (do_sample=False)")
     pool = [f for f in (fillers if fillers is not None else _default_fillers()) if f not in plist]
     if not pool:
@@ -261,11 +244,11 @@ def assert_cache_invariant(
     """
     __tracebackhide__ = True
     name = "assert_cache_invariant"
-    plist = _prompts(prompts, name)
+    plist = prompt_texts(prompts, name)
     _check_tolerances(tolerances, name)
     if "use_cache" in generate_kwargs:
         raise ValueError(f"{name}: do not pass use_cache; the check runs both use_cache=True and use_cache=False")
-    sample_seed = seed if _decoding(model, tokenizer, generate_kwargs)[1] else None
+    sample_seed = seed if decoding(model, tokenizer, generate_kwargs)[1] else None
     kw = dict(max_new_tokens=max_new_tokens, top_k=top_k, seed=sample_seed, **generate_kwargs)
     cached = _record(model, tokenizer, plist, use_cache=True, **kw)
     uncached = _record(model, tokenizer, plist, use_cache=False, **kw)
@@ -300,11 +283,11 @@ def assert_continuation_consistent(
     """
     __tracebackhide__ = True
     name = "assert_continuation_consistent"
-    plist = _prompts(prompts, name)
+    plist = prompt_texts(prompts, name)
     _check_tolerances(tolerances, name)
     if k < 1 or m < 1:
         raise ValueError(f"{name}: k and m must be >= 1, got k={k}, m={m}")
-    if _decoding(model, tokenizer, generate_kwargs)[0] != "greedy":
+    if decoding(model, tokenizer, generate_kwargs)[0] != "greedy":
         raise ValueError(f"{name}: only greedy decoding continues deterministically; drop do_sample/num_beams")
     full = _record(model, tokenizer, plist, max_new_tokens=k + m, top_k=top_k, **generate_kwargs)
     todo = [i for i, p in enumerate(full.prompts) if len(p.steps) > k]
@@ -322,8 +305,6 @@ def assert_continuation_consistent(
     min_new = kw.get("min_new_tokens")
     if isinstance(min_new, int) and min_new:
         kw["min_new_tokens"] = max(min_new - k, 0)
-    from pytest_genguard.hf.processors import generate_from_ids
-
     with events.muted():
         cont, _, _ = generate_from_ids(
             model,

@@ -3,8 +3,7 @@
 Each contract runs its own `generate()` with that one setting and checks the raw logits (`output_logits`) against
 the processed scores (`output_scores`) of every step, and the generated tokens, with the exact formulas transformers
 documents. A broken or replaced processor (a transformers upgrade, a custom `LogitsProcessor`) shows at the first
-step it gets wrong. `generate_from_ids` is `record()` from token ids that also returns generate()'s output (shared with
-`assert_continuation_consistent`). Torch-side: import only from test code.
+step it gets wrong. Torch-side: import only from test code.
 """
 
 from __future__ import annotations
@@ -14,16 +13,17 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core import events
-from pytest_genguard.core.explain import quote
-from pytest_genguard.core.repetition import _eos_from, fail_or_pass
-from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.hf.invariants import _decoding, _prompts
+from pytest_genguard.core.checks import fail_or_pass
+from pytest_genguard.core.text import quote
+from pytest_genguard.core.well_formed import eos_ids_from
+from pytest_genguard.hf._generation import decoding, prompt_texts, token_texts
+from pytest_genguard.hf.record import generate_from_ids
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["assert_processor_contract", "banned_ngram_tokens", "generate_from_ids"]
+__all__ = ["assert_processor_contract", "banned_ngram_tokens"]
 
 _MAX_PER_CONTRACT = 4
 """Problems listed per contract (the first steps that break it); the rest are counted."""
@@ -38,92 +38,15 @@ def banned_ngram_tokens(context: Sequence[int], n: int) -> set[int]:
     return {context[i + n - 1] for i in range(len(context) - n + 1) if tuple(context[i : i + n - 1]) == prefix}
 
 
-def generate_from_ids(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
-    rows: Sequence[Sequence[int]],
-    *,
-    decoder_rows: Sequence[Sequence[int]] | None = None,
-    max_new_tokens: int,
-    top_k: int = 5,
-    seed: int | None = None,
-    **generate_kwargs: Any,
-) -> tuple[GenerationTrace, Any, int]:
-    """`record()` from token ids instead of text (no re-tokenization), also returning generate()'s output.
-
-    `rows` are the (encoder) input ids per prompt, padded here on the tokenizer's side for the model type;
-    `decoder_rows` are decoder prefixes for encoder-decoder models (all of one length). Returns the trace (its
-    prompt_ids are `rows`), the `generate()` output (raw `logits`, processed `scores`, `sequences`) and the column
-    of `sequences` where generated tokens start.
-    """
-    import torch
-
-    from pytest_genguard.hf.environment import environment
-    from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
-    from pytest_genguard.hf.record import (
-        _collect_steps,
-        _eos_ids,
-        _prepare,
-        _prompt_trace,
-        _recording_state,
-        _token_texts,
-        seeded,
-    )
-
-    encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
-    prepared = _prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
-    pad = prepared.config.pad_token_id
-    pad_id = int(pad if isinstance(pad, int) else pad[0])
-    device = next(model.parameters()).device
-    width = max(len(r) for r in rows)
-    ids, mask = [], []
-    for r in rows:
-        fill = width - len(r)
-        left = not encoder_decoder  # decoder-only models continue from the right end: pad on the left
-        ids.append([pad_id] * fill + list(r) if left else list(r) + [pad_id] * fill)
-        mask.append([0] * fill + [1] * len(r) if left else [1] * len(r) + [0] * fill)
-    inputs: dict[str, Any] = {
-        "input_ids": torch.tensor(ids, device=device),
-        "attention_mask": torch.tensor(mask, device=device),
-    }
-    if decoder_rows is not None:
-        inputs["decoder_input_ids"] = torch.tensor([list(r) for r in decoder_rows], device=device)
-    with _recording_state(model, tokenizer, tokenizer.padding_side), seeded(seed, device):
-        out = model.generate(**inputs, generation_config=prepared.config, **prepared.model_kwargs)
-    steps = _collect_steps(out, len(rows), top_k)
-    start = out.sequences.shape[1] - len(steps)
-    generated = out.sequences[:, start:].tolist()
-    texts = _token_texts(
-        tokenizer, [i for row in generated for i in row] + [i for s in steps for i in s["top_ids_flat"]]
-    )
-    eos = _eos_ids(prepared.config)
-    traces = [
-        _prompt_trace(p, tuple(int(i) for i in r), generated[b], steps, b, texts, eos, max_new_tokens, tokenizer)
-        for b, (p, r) in enumerate(zip(prompts, rows, strict=True))
-    ]
-    settings = {**prepared.settings, "record_top_k": top_k, "seed": seed}
-    trace = GenerationTrace(
-        prompts=tuple(traces),
-        settings=settings,
-        model=model_fingerprint(model),
-        tokenizer=tokenizer_fingerprint(tokenizer),
-        environment=environment(model, device),
-    )
-    return trace, out, start
-
-
 class _Run:
     """One contract's generation: the trace, the raw and processed score tensors, and each row's token context."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, plist: list[str], **kw: Any) -> None:
-        from pytest_genguard.hf.record import _token_texts
-
         rows = [list(tokenizer(p)["input_ids"]) for p in plist]
         with events.muted():
             self.trace, self.out, self.start = generate_from_ids(model, tokenizer, plist, rows, **kw)
         self.tokenizer = tokenizer
-        self._texts = _token_texts
+        self._texts = token_texts
         self.sequences: list[list[int]] = self.out.sequences.tolist()
         encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
         # Left padding of each decoder-only row (the decoder side of an encoder-decoder model is not padded).
@@ -240,7 +163,7 @@ def _ids_text(run: _Run, ids: Sequence[int]) -> str:
 
 def _min_new_tokens(run: _Run, minimum: int) -> list[str]:
     out: list[str] = []
-    eos = sorted(_eos_from(None, dict(run.trace.settings)))
+    eos = sorted(eos_ids_from(None, dict(run.trace.settings)))
     if not eos:
         raise ValueError("assert_processor_contract: min_new_tokens needs an EOS id; set eos_token_id on the model")
     for b, t in run.steps():
@@ -310,7 +233,7 @@ def assert_processor_contract(
     """
     __tracebackhide__ = True
     name = "assert_processor_contract"
-    plist = _prompts(prompts, name)
+    plist = prompt_texts(prompts, name)
     given = {
         "no_repeat_ngram_size": no_repeat_ngram_size,
         "repetition_penalty": repetition_penalty,
@@ -330,7 +253,7 @@ def assert_processor_contract(
             raise ValueError(f"{name}: {key} must be a number > 0, got {value!r}")
     if generate_kwargs.get("do_sample") is False and temperature is not None:
         raise ValueError(f"{name}: temperature only applies when sampling; drop do_sample=False")
-    beams = _decoding(model, tokenizer, generate_kwargs)[0] == "beam"
+    beams = decoding(model, tokenizer, generate_kwargs)[0] == "beam"
     if beams and set(contracts) - {"no_repeat_ngram_size"}:
         raise ValueError(f"{name}: with beam search only no_repeat_ngram_size can be checked (scores are per beam)")
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
@@ -339,7 +262,7 @@ def assert_processor_contract(
         kw: dict[str, Any] = {**generate_kwargs, key: value}
         if key == "temperature":
             kw["do_sample"] = True
-        seed_ = seed if _decoding(model, tokenizer, kw)[1] else None
+        seed_ = seed if decoding(model, tokenizer, kw)[1] else None
         run = _Run(model, tokenizer, plist, max_new_tokens=max_new_tokens, top_k=top_k, seed=seed_, **kw)
         if key == "no_repeat_ngram_size":
             found = _no_repeat_ngram(run, int(value), encoder_decoder, scores=not beams)

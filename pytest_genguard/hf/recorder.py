@@ -38,6 +38,8 @@ from pytest_genguard.core.history import (
     history_to_json,
 )
 from pytest_genguard.core.repetition import find_repetition
+from pytest_genguard.hf.fingerprint import model_dtype, tokenizer_fingerprint, weights_hash
+from pytest_genguard.hf.record import generate_from_ids, record
 
 if TYPE_CHECKING:
     from transformers import (
@@ -96,8 +98,6 @@ def training_identity(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     two histories come from the same run; this can."""
     import hashlib
     import json
-
-    from pytest_genguard.hf.fingerprint import model_dtype, tokenizer_fingerprint, weights_hash
 
     parts = {
         "weights": weights_hash(model),
@@ -358,8 +358,6 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
         self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, examples: list[list[int]]
     ) -> GenerationTrace:
         if not examples:
-            from pytest_genguard.hf.record import record
-
             return record(
                 model,
                 tokenizer,
@@ -368,8 +366,6 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
                 top_k=self.top_k,
                 **self.generate_kwargs,
             )
-        from pytest_genguard.hf.processors import generate_from_ids
-
         rows = [list(tokenizer(p)["input_ids"]) for p in self.prompts] + examples
         labels = [*self.prompts, *(tokenizer.decode(r) for r in examples)]
         kwargs = dict(self.generate_kwargs)

@@ -9,14 +9,18 @@ re-applied to those logits, all steps at once (`pytest_genguard.hf.forced_proces
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.trace import GenerationTrace, JSONScalar, PromptTrace, Step
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.text import number, quote
+from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
+from pytest_genguard.hf._generation import alternative_texts, float_setting, inference, int_setting, token_texts
+from pytest_genguard.hf.environment import environment
+from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
 from pytest_genguard.hf.forced_processors import apply_along_path
 
 if TYPE_CHECKING:
@@ -45,40 +49,12 @@ class Preference:
     preferred_logprob: float  # the now-preferred token's logprob under the model now
 
     def __str__(self) -> str:
-        from pytest_genguard.core.explain import number, quote
-
         return (
             f"prompt {self.prompt_index} step {self.step}: the model now prefers {quote(self.preferred_token, 20)} "
             f"(id {self.preferred_id}, logprob {number(self.preferred_logprob)}) to the recorded "
             f"{quote(self.recorded_token, 20)} (id {self.recorded_id}, logprob {number(self.recorded_logprob_now)} "
             f"now, {number(self.recorded_logprob)} recorded)"
         )
-
-
-@contextlib.contextmanager
-def _inference(model: PreTrainedModel) -> Iterator[None]:
-    """Eval mode and no_grad for the forward pass; the training flag is restored afterwards."""
-    import torch
-
-    was_training = model.training
-    # Switching modes walks every module twice: skip it when nothing is in training mode (the usual case here).
-    switch = was_training or any(module.training for module in model.modules())
-    if switch:
-        model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        if switch:
-            model.train(was_training)
-
-
-def int_setting(value: JSONScalar, default: int) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-
-
-def float_setting(value: JSONScalar, default: float) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
@@ -302,10 +278,6 @@ def teacher_force_with_preferences(
     """`teacher_force`, plus the steps where a greedy path would now take another token (one per prompt at most)."""
     import torch
 
-    from pytest_genguard.hf.environment import environment
-    from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
-    from pytest_genguard.hf.record import _token_texts, alternative_texts
-
     if not trace.prompts:
         raise ValueError("verify(): the trace has no prompts; nothing to verify.")
     steps = max(len(p.steps) for p in trace.prompts)
@@ -313,7 +285,7 @@ def teacher_force_with_preferences(
         raise ValueError("verify(): the trace has no generated steps; nothing to verify.")
     top_k = int_setting(trace.settings.get("record_top_k"), max(len(s.top_ids) for p in trace.prompts for s in p.steps))
     greedy = trace.settings.get("mode", "greedy") == "greedy"
-    with _inference(model):
+    with inference(model):
         batch = _forward(model, tokenizer, trace, steps)
         processors = build_processors(
             model,
@@ -349,7 +321,7 @@ def teacher_force_with_preferences(
     }
     # Texts of the preferred tokens (greedy) and of every top-k id (the trace's token_texts), each id decoded once.
     top = {i for b, p in enumerate(trace.prompts) for t in range(len(p.steps)) for i in values["top_ids"][b][t]}
-    texts = _token_texts(tokenizer, sorted(top | (preferred if greedy else set())))
+    texts = token_texts(tokenizer, sorted(top | (preferred if greedy else set())))
     prompts = []
     preferences = []
     for b, p in enumerate(trace.prompts):

@@ -27,11 +27,17 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from pytest_genguard.core.compare import Comparison, Tolerances, compare
-from pytest_genguard.core.trace import GenerationTrace, JSONScalar
-from pytest_genguard.hf.teacher import Preference, teacher_force, teacher_force_with_preferences
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.comparison import Comparison, render
+from pytest_genguard.core.events import CheckEvent, emit
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.tolerances import ToleranceArgs
+from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.hf._generation import SETTING_KEYS, int_setting, processor_names
+from pytest_genguard.hf.record import record
+from pytest_genguard.hf.teacher import Preference, teacher_force_with_preferences
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -42,9 +48,7 @@ __all__ = [
     "VerifyFallbackWarning",
     "comparison_event",
     "fingerprint_changes",
-    "teacher_force",
     "verify",
-    "verify_trace",
 ]
 
 
@@ -57,50 +61,20 @@ def verify(
     tokenizer: PreTrainedTokenizerBase,
     trace: GenerationTrace,
     *,
-    atol: float | None = None,
-    rtol: float | None = None,
-    tie_tol: float | None = None,
-    tolerances: Tolerances | None = None,
     logits_processor: Sequence[Any] | None = None,
+    check_fingerprints: bool = False,
+    **tolerances: Unpack[ToleranceArgs],
 ) -> VerifyComparison:
     """Re-check `trace` against `model` by teacher forcing; truthy when the model still produces it.
 
     Tolerances default to the dtype defaults of `compare()`; `atol`/`rtol`/`tie_tol` override single fields. A
-    changed model or tokenizer fingerprint is reported in the comparison (``environment_diff``), not as a verdict.
+    changed model or tokenizer fingerprint is reported in the comparison (``environment_diff``), not as a verdict;
+    `check_fingerprints=True` applies the snapshot rule instead (a changed model makes the trace stale).
     A trace recorded with custom processors (``record(..., logits_processor=...)``, named in its settings) needs the
     same processors here: they are re-applied on the teacher-forced logits; without them verify() raises ValueError
     (the processed scores could not be reproduced, and every step would look regressed).
     Inside a test the result is also counted in the genguard terminal summary (a ``verify`` event).
     """
-    cmp = verify_trace(
-        model,
-        tokenizer,
-        trace,
-        atol=atol,
-        rtol=rtol,
-        tie_tol=tie_tol,
-        tolerances=tolerances,
-        logits_processor=logits_processor,
-    )
-    from pytest_genguard.core.events import emit
-
-    emit("verify", **comparison_event(cmp, name="verify"))
-    return cmp
-
-
-def verify_trace(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    trace: GenerationTrace,
-    *,
-    atol: float | None = None,
-    rtol: float | None = None,
-    tie_tol: float | None = None,
-    tolerances: Tolerances | None = None,
-    check_fingerprints: bool = False,
-    logits_processor: Sequence[Any] | None = None,
-) -> VerifyComparison:
-    """`verify()` without the event; `check_fingerprints=True` applies the snapshot rule (changed model: stale)."""
     if not isinstance(trace, GenerationTrace):
         raise TypeError(
             f"verify(): trace must be a GenerationTrace (from record() or GenerationTrace.from_json()), "
@@ -114,24 +88,18 @@ def verify_trace(
             "verify(): beam-search traces cannot be teacher forced (beams are reordered at every step); "
             "re-generating with record() instead, which is as slow as recording.",
             VerifyFallbackWarning,
-            stacklevel=3,
+            stacklevel=2,
         )
         actual = _regenerate(model, tokenizer, trace, custom)
     else:
         actual, preferences = teacher_force_with_preferences(model, tokenizer, trace, logits_processor=custom)
-    cmp = compare(
-        trace,
-        actual,
-        atol=atol,
-        rtol=rtol,
-        tie_tol=tie_tol,
-        tolerances=tolerances,
-        check_fingerprints=check_fingerprints,
-    )
+    cmp = compare(trace, actual, check_fingerprints=check_fingerprints, **tolerances)
     fields = {f.name: getattr(cmp, f.name) for f in dataclasses.fields(cmp)}
     if not check_fingerprints:
         fields["environment_diff"] = fingerprint_changes(trace, actual) + cmp.environment_diff
-    return VerifyComparison(**fields, preferences=preferences, regenerated=regenerated)
+    result = VerifyComparison(**fields, preferences=preferences, regenerated=regenerated)
+    emit(comparison_event(result, name="verify"))
+    return result
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,9 +119,7 @@ class VerifyComparison(Comparison):
         return lines
 
     def render(self, fix: str | None = None) -> str:
-        """The explanation of `explain.render` with the notes after its summary line."""
-        from pytest_genguard.core.explain import render
-
+        """The explanation of `comparison.render` with the notes after its summary line."""
         first, _, rest = render(self, fix=fix).partition("\n")
         return "\n".join([first, *self.notes(), *([rest] if rest else [])])
 
@@ -178,28 +144,24 @@ def fingerprint_changes(
     return tuple(out)
 
 
-def comparison_event(cmp: Comparison, *, name: str, fix: str | None = None) -> dict[str, Any]:
-    """The event fields (see CONTRIBUTING.md) for a comparison: verdict, failure, summary, detail, traces on failure."""
-    from pytest_genguard.core.explain import render
-
+def comparison_event(cmp: Comparison, *, name: str, fix: str | None = None) -> CheckEvent:
+    """The ``verify`` event for a comparison: verdict, failure, summary, detail, both traces on failure."""
     detail = cmp.render(fix) if isinstance(cmp, VerifyComparison) else render(cmp, fix=fix)
-    event: dict[str, Any] = {
-        "verdict": str(cmp.verdict),
-        "failure": not cmp.ok,
-        "summary": detail.splitlines()[0] if detail else str(cmp.verdict),
-        "detail": detail,
-        "name": name,
-    }
-    if not cmp.ok:
-        event["expected"] = cmp.expected.to_json()
-        event["actual"] = cmp.actual.to_json()
-    return event
+    failed = not cmp.ok
+    return CheckEvent(
+        "verify",
+        cmp.verdict,
+        failed,
+        detail.splitlines()[0] if detail else str(cmp.verdict),
+        detail,
+        name,
+        expected=cmp.expected.to_json() if failed else None,
+        actual=cmp.actual.to_json() if failed else None,
+    )
 
 
 def _custom_processors(trace: GenerationTrace, given: Sequence[Any] | None) -> list[Any]:
     """The user's processors for re-applying, checked against the class names the trace recorded."""
-    from pytest_genguard.hf.record import processor_names
-
     recorded = trace.settings.get("logits_processor")
     names = processor_names(given)
     if recorded and given is None:
@@ -221,9 +183,6 @@ def _regenerate(
 ) -> GenerationTrace:
     """Re-record `trace`'s prompts with its settings (the beam-search fallback)."""
     from transformers import LogitsProcessorList
-
-    from pytest_genguard.hf.record import SETTING_KEYS, record
-    from pytest_genguard.hf.teacher import int_setting
 
     settings = dict(trace.settings)
     kwargs: dict[str, Any] = {

@@ -6,24 +6,35 @@ and transformers load when a genguard fixture or function is first used.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator
 from importlib import metadata
 from typing import Any
 
 import pytest
 
+# The modules that hold assertion helpers (before anything imports them).
 pytest.register_assert_rewrite(
-    "pytest_genguard.core.repetition", "pytest_genguard.hf.invariants", "pytest_genguard.plugin.snapshot"
+    "pytest_genguard.core.repetition",
+    "pytest_genguard.core.well_formed",
+    "pytest_genguard.hf.invariants",
+    "pytest_genguard.hf.processors",
+    "pytest_genguard.plugin.snapshot_fixture",
 )
 
 from pytest_genguard.core import events  # noqa: E402
-from pytest_genguard.plugin import keep, session  # noqa: E402
+from pytest_genguard.core.compare import compare  # noqa: E402
+from pytest_genguard.core.trace import GenerationTrace  # noqa: E402
+from pytest_genguard.plugin import keep  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
     genguard_finetune,
     genguard_snapshot,
     genguard_tokenizer,
 )
+from pytest_genguard.plugin.settings import SETTINGS_KEY, settings, settings_from_config  # noqa: E402
+from pytest_genguard.plugin.summary import GenguardReporter  # noqa: E402
+from pytest_genguard.plugin.tally import EVENTS_KEY, TALLY_KEY, USER_PROPERTY, Tally  # noqa: E402
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -87,25 +98,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "genguard_gpu: needs CUDA; runs only with --genguard-gpu (skipped with a reason otherwise)."
     )
-    settings = session.settings_from_config(config)  # a bad value stops here (exit 4), before any snapshot is touched
-    config.stash[session.SETTINGS_KEY] = settings
-    config.stash[session.TALLY_KEY] = session.Tally()
+    current = settings_from_config(config)  # a bad value stops here (exit 4), before any snapshot is touched
+    config.stash[SETTINGS_KEY] = current
+    config.stash[TALLY_KEY] = Tally()
     keep.configure(config)  # what --snapshot-update may delete
-    from pytest_genguard.plugin.summary import GenguardReporter
-
     config.pluginmanager.register(GenguardReporter(config), "genguard-reporter")
-    if settings.gpu:
-        from pytest_genguard.plugin.gpu import configure_gpu
+    if current.gpu:
+        from pytest_genguard.plugin.gpu import configure_gpu  # imports torch: only with --genguard-gpu
 
         configure_gpu(config)
-    if settings.reference is not None or settings.record_reference is not None:
-        from pytest_genguard.plugin.reference import configure_reference
+    if current.reference is not None or current.record_reference is not None:
+        from pytest_genguard.plugin.reference import configure_reference  # only with the reference options
 
         configure_reference(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    settings = session.settings(config)
+    current = settings(config)
     versions = []
     for dist in ("torch", "transformers", "syrupy"):
         try:
@@ -113,8 +122,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         except metadata.PackageNotFoundError:
             versions.append(f"{dist} missing")
     lines = [f"genguard: {', '.join(versions)}"]
-    if settings.gpu:
-        from pytest_genguard.plugin.gpu import header_lines
+    if current.gpu:
+        from pytest_genguard.plugin.gpu import header_lines  # imports torch: only with --genguard-gpu
 
         lines.extend(header_lines(config))
     else:
@@ -123,14 +132,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("genguard_gpu") is not None and not session.settings(item.config).gpu:
+    if item.get_closest_marker("genguard_gpu") is not None and not settings(item.config).gpu:
         pytest.skip("genguard_gpu test: needs CUDA, run with --genguard-gpu")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
-    collected: list[dict[str, Any]] = []
-    item.stash[session.EVENTS_KEY] = collected
+    collected: list[events.Event] = []
+    item.stash[EVENTS_KEY] = collected
     token = events.begin(collected)
     try:
         return (yield)
@@ -142,27 +151,20 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
     if report.when == "call" or (report.when == "setup" and report.failed):  # events of a fixture that failed too
-        events = item.stash.get(session.EVENTS_KEY, [])
-        if events:
-            report.user_properties.append((session.USER_PROPERTY, list(events)))
+        collected = item.stash.get(EVENTS_KEY, [])
+        if collected:  # as JSON-able dicts: pytest-xdist sends them from the workers
+            report.user_properties.append((USER_PROPERTY, [events.to_json(e) for e in collected]))
     return report
 
 
 def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, right: object) -> list[str] | None:
-    import sys
-
-    snapshot = sys.modules.get(
-        "pytest_genguard.plugin.snapshot"
-    )  # no genguard_snapshot can exist before it is imported
-    if snapshot is not None:
-        lines: list[str] | None = snapshot.assertrepr(op, left, right)
+    # No genguard_snapshot can exist before its module is imported (it imports syrupy): look, do not import.
+    fixture = sys.modules.get("pytest_genguard.plugin.snapshot_fixture")
+    if fixture is not None:
+        lines: list[str] | None = fixture.assertrepr(op, left, right)
         if lines is not None:
             return lines
-    from pytest_genguard.core.trace import GenerationTrace
-
     if op == "==" and isinstance(left, GenerationTrace) and isinstance(right, GenerationTrace):
-        from pytest_genguard.core.compare import compare
-
         # The right operand is the reference: `assert new == recorded` reads like `assert trace == snapshot`.
         explanation = str(compare(right, left)).splitlines()
         return ["GenerationTrace == GenerationTrace (left: new, right: recorded)", *explanation]

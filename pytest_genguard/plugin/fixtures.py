@@ -1,20 +1,18 @@
-"""The genguard fixtures. Each imports its torch-side module only when a test asks for it."""
+"""The genguard fixtures. Each imports its module only when a test asks for it: the torch side, and syrupy for the
+snapshot, stay out of the plugin's import (pytest imports the plugin in every project where it is installed)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
-
-from pytest_genguard.plugin import session
 
 if TYPE_CHECKING:
     import torch
     from syrupy.assertion import SnapshotAssertion
     from transformers import PreTrainedTokenizerFast
 
-    from pytest_genguard.hf.finetune import FineTuned
+    from pytest_genguard.plugin.finetune_fixture import FinetuneFactory
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +32,9 @@ def genguard_tokenizer() -> PreTrainedTokenizerFast:
 
 
 @pytest.fixture(scope="session")
-def genguard_finetune(pytestconfig: pytest.Config, genguard_device: torch.device) -> Callable[..., FineTuned]:
+def genguard_finetune(pytestconfig: pytest.Config, genguard_device: torch.device) -> FinetuneFactory:
     """Factory: `genguard_finetune("gpt2", steps=..., seed=...)` returns a fine-tuned tiny model, cached."""
-    from pytest_genguard.hf.finetune import finetune_factory
+    from pytest_genguard.plugin.finetune_fixture import finetune_factory
 
     return finetune_factory(pytestconfig, genguard_device)
 
@@ -44,9 +42,9 @@ def genguard_finetune(pytestconfig: pytest.Config, genguard_device: torch.device
 @pytest.fixture
 def genguard_snapshot(snapshot: SnapshotAssertion, request: pytest.FixtureRequest) -> Any:
     """syrupy's `snapshot` with the genguard extension: tolerant, near-tie aware, stale-aware JSON snapshots."""
-    from pytest_genguard.plugin.snapshot import genguard_snapshot_for
+    from pytest_genguard.plugin.snapshot_fixture import genguard_snapshot_for
 
     return genguard_snapshot_for(snapshot, request)
 
 
-__all__ = ["genguard_device", "genguard_finetune", "genguard_snapshot", "genguard_tokenizer", "session"]
+__all__ = ["genguard_device", "genguard_finetune", "genguard_snapshot", "genguard_tokenizer"]

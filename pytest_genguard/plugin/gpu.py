@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_genguard.plugin import session
+from pytest_genguard.hf.environment import cuda_unavailable_reason
+from pytest_genguard.plugin.settings import settings, worker_index
 
 if TYPE_CHECKING:
     import torch
@@ -131,21 +132,6 @@ def gpu_for_worker(worker_index: int, device_count: int) -> int:
     return worker_index % device_count
 
 
-def cuda_unavailable_reason(torch_mod: Any) -> str | None:
-    """Why CUDA cannot be used (None when it can), in words that name the likely cause."""
-    build = getattr(torch_mod.version, "cuda", None)
-    if not build:
-        return f"torch {torch_mod.__version__} is a CPU-only build (torch.version.cuda is None)"
-    if not torch_mod.cuda.is_available():
-        return (
-            f"torch {torch_mod.__version__} (CUDA {build}) finds no usable CUDA device "
-            "(torch.cuda.is_available() is False)"
-        )
-    if int(torch_mod.cuda.device_count()) < 1:
-        return "torch.cuda.device_count() is 0"
-    return None
-
-
 def prepare_gpu(torch_mod: Any, worker_index: int, environ: MutableMapping[str, str] | None = None) -> GpuSetup:
     """The whole of GPU mode's start: the CUDA check, deterministic setup, then this worker's device.
 
@@ -180,7 +166,7 @@ def configure_gpu(config: pytest.Config, torch_mod: Any = None) -> GpuSetup:
     """`pytest_configure` for --genguard-gpu: set up and stash this process's `GpuSetup` (UsageError without CUDA)."""
     if torch_mod is None:
         import torch as torch_mod
-    setup = prepare_gpu(torch_mod, session.worker_index(config))
+    setup = prepare_gpu(torch_mod, worker_index(config))
     config.stash[SETUP_KEY] = setup
     return setup
 
@@ -217,7 +203,7 @@ def device_for(config: pytest.Config) -> torch.device:
     """The device genguard fixtures use: this worker's CUDA device in GPU mode, else the CPU."""
     import torch
 
-    if not session.settings(config).gpu:
+    if not settings(config).gpu:
         return torch.device("cpu")
     setup = config.stash.get(SETUP_KEY, None)
     if setup is None:

@@ -8,19 +8,17 @@ bitwise when both come from the same environment (`environment.same_environment`
 Each prompt is reported as identical, within tolerance, a tolerated near-tie divergence (step, margin) or a
 regression, as `reference` events and in a `genguard-reference` terminal section; a regression fails the test.
 
-Baselines (`--genguard-baselines per-env`, applied by the snapshot fixture, `snapshot_fixture.GenguardSnapshot`):
-`pick_baseline()` chooses which environment's baseline a trace is compared with, `per_env_location()` says where an
-environment's baseline lives (``tests/__genguard_baselines__/cuda-sm90-bfloat16/test_mod/test_x.genguard`` for the
-shared ``tests/__snapshots__/test_mod/test_x.genguard``), `resolve_baseline()` combines them with what exists.
+(Environment-keyed baselines, ``--genguard-baselines per-env``, are a snapshot store: `pytest_genguard.plugin.stores`.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import re
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,84 +26,19 @@ from typing import Any
 import pytest
 
 from pytest_genguard.core import events
-from pytest_genguard.core.compare import EXACT, Comparison, Tolerances, Verdict, compare, default_tolerances
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.comparison import Comparison, render
+from pytest_genguard.core.environments import environment_class, environment_differences, same_environment
+from pytest_genguard.core.events import CheckEvent
 from pytest_genguard.core.files import atomic_write_text
-from pytest_genguard.core.trace import GenerationTrace, JSONScalar, TraceFormatError
-from pytest_genguard.hf.environment import environment_class, environment_differences, same_environment
-from pytest_genguard.plugin import session
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.tolerances import EXACT, Overrides, Tolerances, default_tolerances
+from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
+from pytest_genguard.core.verdict import Status, Verdict
+from pytest_genguard.plugin.settings import settings
+from pytest_genguard.plugin.tally import EVENTS_KEY, USER_PROPERTY
 
 ENVIRONMENT_FILE = "environment.json"
-
-# ------------------------------------------------------------------------------------------------------ baselines
-
-_CLASS_RE = re.compile(r"^(?P<device>[a-z][a-z0-9_]*)(?:-sm(?P<sm>[0-9]+))?-(?P<dtype>[a-z][a-z0-9]*)$")
-
-
-def _parse_class(name: str) -> tuple[str, int | None, str] | None:
-    match = _CLASS_RE.match(name)
-    if match is None:
-        return None
-    sm = match.group("sm")
-    return match.group("device"), int(sm) if sm else None, match.group("dtype")
-
-
-def pick_baseline(env_class: str, available: Iterable[str]) -> str | None:
-    """The baseline to compare an `env_class` trace with, from the environment classes that have one; None = shared.
-
-    Nearest first: the same class; else the same device type and dtype (on CUDA the nearest compute capability,
-    the higher one on a tie); else the same dtype on any device (alphabetical); else None, the shared snapshot.
-    Names that are not environment classes are ignored.
-    """
-    own = _parse_class(env_class)
-    if own is None:
-        raise ValueError(f"pick_baseline: {env_class!r} is not an environment class (e.g. 'cpu-float32')")
-    parsed = {name: p for name in set(available) if (p := _parse_class(name)) is not None}
-    if env_class in parsed:
-        return env_class
-    device, sm, dtype = own
-    same_device = [n for n, (d, s, t) in parsed.items() if d == device and t == dtype]
-    if same_device:
-        return min(same_device, key=lambda n: (abs((parsed[n][1] or 0) - (sm or 0)), -(parsed[n][1] or 0), n))
-    same_dtype = sorted(n for n, (_, _, t) in parsed.items() if t == dtype)
-    return same_dtype[0] if same_dtype else None
-
-
-BASELINES_DIR = "__genguard_baselines__"
-"""Per-environment baselines live beside ``__snapshots__``, not in it: syrupy treats every file under a snapshot
-directory that no extension of the run claims as an unused snapshot and deletes it on ``--snapshot-update``."""
-
-
-def per_env_location(location: str | os.PathLike[str], env_class: str) -> Path:
-    """Where the `env_class` baseline of the shared snapshot file `location` lives.
-
-    ``tests/__snapshots__/test_gen/test_x.genguard`` ->
-    ``tests/__genguard_baselines__/cuda-sm90-bfloat16/test_gen/test_x.genguard``.
-    """
-    if _parse_class(env_class) is None:
-        raise ValueError(f"per_env_location: {env_class!r} is not an environment class (e.g. 'cpu-float32')")
-    path = Path(location)
-    snapshots = path.parent.parent
-    return snapshots.parent / BASELINES_DIR / env_class / path.parent.name / path.name
-
-
-def available_baselines(location: str | os.PathLike[str]) -> list[str]:
-    """The environment classes that have a baseline for the shared snapshot file `location` (sorted)."""
-    path = Path(location)
-    root = path.parent.parent.parent / BASELINES_DIR
-    if not root.is_dir():
-        return []
-    return sorted(
-        d.name
-        for d in root.iterdir()
-        if d.is_dir() and _parse_class(d.name) and (d / path.parent.name / path.name).is_file()
-    )
-
-
-def resolve_baseline(location: str | os.PathLike[str], env_class: str) -> tuple[Path, str | None]:
-    """The file to compare an `env_class` trace with, and the class it belongs to (None: the shared snapshot)."""
-    chosen = pick_baseline(env_class, available_baselines(location))
-    return (per_env_location(location, chosen), chosen) if chosen else (Path(location), None)
-
 
 # ------------------------------------------------------------------------------------------------------ files
 
@@ -189,66 +122,54 @@ def prompt_outcomes(comparison: Comparison) -> list[PromptOutcome]:
 
 
 def reference_tolerances(
-    expected: GenerationTrace, actual: GenerationTrace, overrides: Mapping[str, float] | None = None
+    expected: GenerationTrace, actual: GenerationTrace, overrides: Overrides = Overrides()
 ) -> Tolerances:
     """Bitwise (`compare.EXACT`) within one environment, the dtype defaults across environments; explicit
     `overrides` (atol/rtol/tie_tol from the ini or a `genguard` marker) apply on top of either."""
     same = same_environment(expected.environment, actual.environment)
     base = EXACT if same else default_tolerances(expected, actual)
-    return base.replace(**dict(overrides or {}))
+    return overrides.on(base)
 
 
-def check_reference(
-    path: Path, trace: GenerationTrace, overrides: Mapping[str, float] | None = None
-) -> tuple[bool, dict[str, Any]]:
-    """Compare `trace` with the reference at `path`: (ok, `reference` event data)."""
-    from pytest_genguard.core.explain import render
-
+def check_reference(path: Path, trace: GenerationTrace, overrides: Overrides = Overrides()) -> CheckEvent:
+    """Compare `trace` with the reference at `path`: the `reference` event."""
     name = path.name
     try:
         expected = GenerationTrace.from_json(path.read_text(encoding="utf-8"), source=str(path))
     except TraceFormatError as exc:
-        return False, _failure(path, f"unreadable reference trace {path}", str(exc))
+        return _failure(path, f"unreadable reference trace {path}", str(exc))
     tol = reference_tolerances(expected, trace, overrides)
     comparison = compare(expected, trace, tolerances=tol)
     outcomes = prompt_outcomes(comparison)
     bitwise = same_environment(expected.environment, trace.environment)
-    env_diff = [
-        [k, expected.environment.get(k), trace.environment.get(k)]
+    env_diff = tuple(
+        (k, expected.environment.get(k), trace.environment.get(k))
         for k in environment_differences(expected.environment, trace.environment)
-    ]
+    )
     rule = "bitwise (same environment)" if bitwise else f"tolerant rule ({tol})"
     where = f"{environment_class(expected.environment)} -> {environment_class(trace.environment)}"
     summary = f"reference {comparison.verdict} ({where}, {rule})"
     fix = f"pytest --genguard-record-reference {path.parent.parent} (in the reference environment)"
     detail = "\n".join([f"{summary}: {path}", *(o.describe() for o in outcomes), "", render(comparison, fix=fix)])
-    data: dict[str, Any] = {
-        "verdict": str(comparison.verdict),
-        "failure": not comparison.ok,
-        "summary": summary,
-        "detail": detail,
-        "name": name,
-        "reference": str(path),
-        "bitwise": bitwise,
-        "environment_diff": env_diff,
-        "prompts": [o.__dict__ for o in outcomes],
-    }
-    if not comparison.ok:
-        data["expected"] = expected.to_json()
-        data["actual"] = trace.to_json()
-    return comparison.ok, data
+    failed = not comparison.ok
+    return CheckEvent(
+        "reference",
+        comparison.verdict,
+        failed,
+        summary,
+        detail,
+        name,
+        expected=expected.to_json() if failed else None,
+        actual=trace.to_json() if failed else None,
+        reference=str(path),
+        bitwise=bitwise,
+        environment_diff=env_diff,
+        prompts=tuple(dataclasses.asdict(o) for o in outcomes),
+    )
 
 
-def _failure(path: Path, summary: str, detail: str) -> dict[str, Any]:
-    return {
-        "verdict": "missing",
-        "failure": True,
-        "summary": summary,
-        "detail": detail,
-        "name": path.name,
-        "reference": str(path),
-        "prompts": [],
-    }
+def _failure(path: Path, summary: str, detail: str) -> CheckEvent:
+    return CheckEvent("reference", Status.MISSING, True, summary, detail, path.name, reference=str(path), prompts=())
 
 
 # ------------------------------------------------------------------------------------------------------ the hook
@@ -260,39 +181,32 @@ def on_trace(
     index: int | str,
     trace: GenerationTrace,
     *,
-    overrides: Mapping[str, float] | None = None,
+    overrides: Overrides = Overrides(),
 ) -> None:
     """Called by the snapshot fixture for every trace it compares: record it and/or compare it with its reference.
 
     Never raises for a mismatch: it emits a `reference` event, and the reference plugin fails the test after its
     call phase (so a snapshot failure in the same assertion is not hidden). A no-op without the reference options.
     """
-    settings = session.settings(config)
-    if settings.record_reference is not None:
-        path = reference_path(settings.record_reference, nodeid, index)
+    current = settings(config)
+    if current.record_reference is not None:
+        path = reference_path(current.record_reference, nodeid, index)
         atomic_write_text(path, trace.to_json())
-        _write_environment(config, settings.record_reference, trace)
+        _write_environment(config, current.record_reference, trace)
         events.emit(
-            "reference",
-            verdict="recorded",
-            failure=False,
-            summary=f"recorded {path}",
-            detail="",
-            name=path.name,
-            reference=str(path),
+            CheckEvent("reference", Status.RECORDED, False, f"recorded {path}", "", path.name, reference=str(path))
         )
-    if settings.reference is not None:
-        path = reference_path(settings.reference, nodeid, index)
+    if current.reference is not None:
+        path = reference_path(current.reference, nodeid, index)
         if not path.is_file():
             hint = (
                 f"no reference trace for {nodeid} (snapshot {index}): {path} does not exist. Record it in the "
                 f"reference environment with: pytest {nodeid.split('::')[0]} --genguard-record-reference "
-                f"{settings.reference}"
+                f"{current.reference}"
             )
-            events.emit("reference", **_failure(path, f"missing reference trace {path}", hint))
+            events.emit(_failure(path, f"missing reference trace {path}", hint))
             return
-        _, data = check_reference(path, trace, {**settings.tolerance_overrides(), **dict(overrides or {})})
-        events.emit("reference", **data)
+        events.emit(check_reference(path, trace, overrides.over(current.tolerance_overrides())))
 
 
 _ENV_WRITTEN_KEY = pytest.StashKey[bool]()
@@ -312,8 +226,8 @@ def _write_environment(config: pytest.Config, directory: Path, trace: Generation
 
 def configure_reference(config: pytest.Config) -> None:
     """`pytest_configure` for the reference options: check the directories, register the reporting plugin."""
-    settings = session.settings(config)
-    ref, rec = settings.reference, settings.record_reference
+    current = settings(config)
+    ref, rec = current.reference, current.record_reference
     if ref is not None and rec is not None and ref.resolve() == rec.resolve():
         raise pytest.UsageError(
             f"--genguard-reference and --genguard-record-reference both name {ref}: recording would overwrite the "
@@ -332,17 +246,17 @@ class ReferencePlugin:
     def __init__(self, config: pytest.Config, reference_env: dict[str, Any] | None) -> None:
         self.config = config
         self.reference_env = reference_env
-        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[tuple[str, CheckEvent]] = []
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        settings = session.settings(config)
+        current = settings(config)
         lines = []
-        if settings.record_reference is not None:
-            lines.append(f"genguard: recording reference traces to {settings.record_reference}")
-        if settings.reference is not None and self.reference_env is not None:
+        if current.record_reference is not None:
+            lines.append(f"genguard: recording reference traces to {current.record_reference}")
+        if current.reference is not None and self.reference_env is not None:
             env = self.reference_env.get("environment", {})
             lines.append(
-                f"genguard: comparing with reference traces in {settings.reference} (recorded on "
+                f"genguard: comparing with reference traces in {current.reference} (recorded on "
                 f"{self.reference_env.get('environment_class')}: torch {env.get('torch')}, device {env.get('device')})"
             )
         return lines
@@ -350,38 +264,43 @@ class ReferencePlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
         result = yield
-        failed = [e for e in item.stash.get(session.EVENTS_KEY, []) if e.get("kind") == "reference" and e["failure"]]
+        failed = [
+            e
+            for e in item.stash.get(EVENTS_KEY, [])
+            if isinstance(e, CheckEvent) and e.kind == "reference" and e.failure
+        ]
         if failed:
-            pytest.fail("\n\n".join(str(e["detail"]) for e in failed), pytrace=False)
+            pytest.fail("\n\n".join(e.detail for e in failed), pytrace=False)
         return result
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
-            if name == session.USER_PROPERTY and isinstance(value, list):
-                self.events += [(report.nodeid, e) for e in value if e.get("kind") == "reference"]
+            if name == USER_PROPERTY and isinstance(value, list):
+                found = [events.from_json(e) for e in value if e.get("kind") == "reference"]
+                self.events += [(report.nodeid, e) for e in found if isinstance(e, CheckEvent)]
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.events:
             return
         write = terminalreporter.write_line
         terminalreporter.section("genguard-reference")
-        recorded = [e for _, e in self.events if e.get("verdict") == "recorded"]
+        recorded = [e for _, e in self.events if e.verdict is Status.RECORDED]
         if recorded:
-            write(f"recorded {len(recorded)} reference traces to {session.settings(self.config).record_reference}")
-        compared = [(n, e) for n, e in self.events if e.get("verdict") != "recorded"]
+            write(f"recorded {len(recorded)} reference traces to {settings(self.config).record_reference}")
+        compared = [(n, e) for n, e in self.events if e.verdict is not Status.RECORDED]
         if not compared:
             return
         counts: dict[str, int] = {}
         lines, diffs = [], {}
         for nodeid, event in compared:
-            if event.get("failure"):  # missing, unreadable, stale or regressed: say so before the prompts
-                lines.append(f"{nodeid} [{event['name']}]: {event['summary']}")
-            for p in event.get("prompts", []):
+            if event.failure:  # missing, unreadable, stale or regressed: say so before the prompts
+                lines.append(f"{nodeid} [{event.name}]: {event.summary}")
+            for p in event.prompts or ():
                 counts[p["outcome"]] = counts.get(p["outcome"], 0) + 1
-                lines.append(f"{nodeid} [{event['name']}] " + PromptOutcome(**p).describe())
-            for key, old, new in event.get("environment_diff", []):
+                lines.append(f"{nodeid} [{event.name}] " + PromptOutcome(**p).describe())
+            for key, old, new in event.environment_diff or ():
                 diffs[key] = (old, new)
-        failed = sum(1 for _, e in compared if e.get("failure"))
+        failed = sum(1 for _, e in compared if e.failure)
         write(f"reference traces: {len(compared)} compared, {failed} failed")
         if counts:
             write("prompts: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))

@@ -1,91 +1,36 @@
 """The terminal summary: what genguard saw in this run, quiet when genguard was not used.
 
 Every count names its items with ``-v`` (which test, which snapshot, which prompt and step). A check that did not hold
-counts as failed only when its test failed (see `session.Tally`). Re-recorded snapshots are always listed with what
+counts as failed only when its test failed (see `Tally`). Re-recorded snapshots are always listed with what
 the new one changed, and the snapshots kept from deletion by ``--snapshot-update`` are counted (`keep`).
 """
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pytest_genguard.plugin import keep, session
+from pytest_genguard.core.events import FragileStep, events_from_json
+from pytest_genguard.core.text import plural
+from pytest_genguard.core.verdict import Rerecord, Status, Verdict
+from pytest_genguard.plugin import keep
+from pytest_genguard.plugin.report import report_target, write_run_report
+from pytest_genguard.plugin.settings import settings
+from pytest_genguard.plugin.tally import TALLY_KEY, USER_PROPERTY, Tally, count_blocks
 
 _STALE_SHOWN = 10
 _UPDATES_SHOWN = 10
 _SUMMARY_WIDTH = 160
 
+
 # Snapshot verdicts in the order the summary line names them (matched = identical + within tolerance).
-_EXTRA_VERDICTS = (
-    ("invalid", "unreadable"),
-    ("missing", "missing"),
-    ("non-finite", "with non-finite values"),
-    ("write error", "not written (write error)"),
-    ("created", "created"),
-    ("updated", "updated"),
-)
-
-
-def _plural(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (plural or word + 's')}"
-
-
-def snapshot_line(tally: session.Tally) -> str:
-    """Snapshot verdicts: matched (identical or within tolerance), tolerated divergences, stale, regressed, and the
-    unreadable, missing, created and updated ones when there are any."""
-    v = tally.verdicts
-    matched = v["identical"] + v["within tolerance"]
-    line = (
-        f"snapshots: {matched} matched, {_plural(v['tolerated divergence'], 'tolerated divergence')}, "
-        f"{v['stale']} stale, {v['regression']} regressed"
-    )
-    for verdict, label in _EXTRA_VERDICTS:
-        if v[verdict]:
-            line += f", {v[verdict]} {label}"
-    return line + _misses(tally, "snapshot")
-
-
-def _misses(tally: session.Tally, kind: str) -> str:
-    n = tally.misses[kind]
-    return f" ({n} of them did not hold in tests that passed: those tests expected it)" if n else ""
-
-
-def count_blocks(tally: session.Tally) -> list[tuple[str, str]]:
-    """(kind, counting line) for each kind of check that ran."""
-    blocks = []
-    if tally.checks["snapshot"]:
-        blocks.append(("snapshot", snapshot_line(tally)))
-    for kind, label in (("verify", "teacher-forced verifications"), ("reference", "reference comparisons")):
-        if tally.checks[kind]:
-            blocks.append(
-                (kind, f"{label}: {tally.checks[kind]} checked, {tally.failed[kind]} failed{_held(tally, kind)}")
-            )
-    if tally.invariants_checked:
-        line = f"invariants: {tally.invariants_checked} checked, {tally.invariants_failed} failed"
-        blocks.append(("invariant", line + _held(tally, "invariant")))
-    return blocks
-
-
-def _held(tally: session.Tally, kind: str) -> str:
-    n = tally.misses[kind]
-    return f", {n} did not hold in tests that passed (those tests expected it)" if n else ""
-
-
-def counts_lines(tally: session.Tally) -> list[str]:
-    """The counting lines of the summary (also the header of the HTML report)."""
-    return [line for _, line in count_blocks(tally)]
-
-
 def rerecord_command(stale_tests: list[str], *, per_env: bool = False) -> str:
     """The command that re-records only stale snapshots, limited to the files that have them (in per-env mode it
     keeps the option, or the shared snapshots would be rewritten instead of this environment's baselines)."""
-    files = sorted({nodeid.split("::", 1)[0] for nodeid in stale_tests})
-    options = ["--genguard-baselines", "per-env"] if per_env else []
-    return " ".join(["pytest", "--genguard-update-stale", *options, *(shlex.quote(f) for f in files)])
+    files = tuple(sorted({nodeid.split("::", 1)[0] for nodeid in stale_tests}))
+    return Rerecord(files, per_env=per_env).command(Verdict.STALE) or ""
 
 
 def _short(text: str, width: int = _SUMMARY_WIDTH) -> str:
@@ -98,10 +43,20 @@ def _who(nodeid: str, name: str) -> str:
     return nodeid if not name or name == own or name.endswith(f".{own}") else f"{nodeid} (snapshot {name})"
 
 
-_ORDER = ["identical", "within tolerance", "tolerated divergence", "stale", "regression", "ok", "failed"]
+# The order of the counting line (matched, tolerated, stale, regressed; invariants that held, then failed): a display
+# order, not the severity order (`Verdict.severity`), which puts stale last.
+_ORDER: list[Verdict | Status] = [
+    Verdict.IDENTICAL,
+    Verdict.WITHIN_TOLERANCE,
+    Verdict.TOLERATED,
+    Verdict.STALE,
+    Verdict.REGRESSION,
+    Status.OK,
+    Status.FAILED,
+]
 
 
-def item_lines(tally: session.Tally, kind: str) -> list[str]:
+def item_lines(tally: Tally, kind: str) -> list[str]:
     """With -v: one line per check of `kind` (test, snapshot, first line of its explanation), in the order of the
     counting line (matched, tolerated, stale, regressed, then the rest)."""
     seen = [s for s in tally.seen if s.kind == kind]
@@ -114,12 +69,12 @@ def item_lines(tally: session.Tally, kind: str) -> list[str]:
     return lines
 
 
-def fragile_lines(tally: session.Tally, verbose: bool) -> list[str]:
+def fragile_lines(tally: Tally, verbose: bool) -> list[str]:
     """The fragile-steps count, and with -v each test's fragile steps (prompt, step, margin)."""
     if not tally.fragile_steps:
         return []
     tests = {nodeid for nodeid, _ in tally.fragile}
-    where = f" in {_plural(len(tests), 'test')}" if tests else ""
+    where = f" in {plural(len(tests), 'test')}" if tests else ""
     head = (
         f"fragile steps seen while recording: {tally.fragile_steps}{where} (top-1/top-2 margin under the tie "
         "tolerance: a tiny numeric change can flip these tokens)"
@@ -127,29 +82,25 @@ def fragile_lines(tally: session.Tally, verbose: bool) -> list[str]:
     if not verbose:
         return [head + ("; -v names them" if tests else "")]
     lines = [head]
-    by_test: dict[str, list[dict[str, Any]]] = {}
+    by_test: dict[str, list[FragileStep]] = {}
     for nodeid, step in tally.fragile:
         by_test.setdefault(nodeid, []).append(step)
     for nodeid, steps in by_test.items():
-        parts = []
-        for step in steps:
-            text = step.get("text")
-            prompt = f"prompt {step.get('prompt')}" + (f" {text!r}" if isinstance(text, str) else "")
-            parts.append(f"{prompt} step {step.get('step')} (margin {float(step.get('margin', 0.0)):.2g})")
+        parts = [f"prompt {s.prompt} {s.text!r} step {s.step} (margin {s.margin:.2g})" for s in steps]
         lines.append(f"  {nodeid}: {'; '.join(parts)}")
     return lines
 
 
-def update_lines(tally: session.Tally, verbose: bool) -> list[str]:
+def update_lines(tally: Tally, verbose: bool) -> list[str]:
     """Re-recorded snapshots and what each new one changed compared with the old one, for review."""
     if not tally.updates:
         return []
     lines = ["re-recorded snapshots (review what each new one changed compared with the old one):"]
     shown = tally.updates if verbose else tally.updates[:_UPDATES_SHOWN]
-    for update in shown:
-        was = f"was {update['was']}" if update.get("was") else "re-recorded"
-        lines.append(f"  {_who(update['nodeid'], update['name'])} ({was})")
-        lines += [f"    {change}" for change in update.get("changes", [])]
+    for nodeid, update in shown:
+        was = f"was {update.was}" if update.was else "re-recorded"
+        lines.append(f"  {_who(nodeid, update.name)} ({was})")
+        lines += [f"    {change}" for change in update.changes or ()]
     if len(tally.updates) > len(shown):
         lines.append(f"  ... and {len(tally.updates) - len(shown)} more (-v lists them all)")
     return lines
@@ -174,7 +125,7 @@ def kept_lines(kept: list[keep.Kept], rootdir: Path, verbose: bool) -> list[str]
         if not items:
             continue
         tail = "" if verbose else "; -v names them"
-        lines.append(f"kept {_plural(len(items), 'snapshot')} of {head}{tail}")
+        lines.append(f"kept {plural(len(items), 'snapshot')} of {head}{tail}")
         if verbose:
             for item in items:
                 try:
@@ -198,20 +149,20 @@ class GenguardReporter:
         self.report_error: str | None = None
 
     @property
-    def tally(self) -> session.Tally:
-        return self.config.stash[session.TALLY_KEY]
+    def tally(self) -> Tally:
+        return self.config.stash[TALLY_KEY]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         for name, value in report.user_properties:
-            if name == session.USER_PROPERTY and isinstance(value, list):
-                self.tally.add(report.nodeid, value, report.outcome)
+            if name == USER_PROPERTY and isinstance(value, list):
+                self.tally.add(report.nodeid, events_from_json(value), report.outcome)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         tally = self.tally
-        settings = session.settings(config)
+        current = settings(config)
         ledger = config.stash.get(keep.LEDGER_KEY, None)
         dirname = str(getattr(config.option, "snapshot_dirname", None) or "__snapshots__")  # syrupy's option
-        kept = keep.kept(ledger, dirname) if ledger is not None and settings.snapshot_update else []
+        kept = keep.kept(ledger, dirname) if ledger is not None and current.snapshot_update else []
         if not tally.used and self.report_written is None and self.report_error is None and not kept:
             return
         verbose = config.get_verbosity() >= 1
@@ -231,7 +182,7 @@ class GenguardReporter:
                 write(f"  {nodeid}")
             if len(tally.stale_tests) > _STALE_SHOWN:
                 write(f"  ... and {len(tally.stale_tests) - _STALE_SHOWN} more")
-            per_env = settings.baselines == "per-env"
+            per_env = current.baselines == "per-env"
             write(f"re-record only the stale snapshots with: {rerecord_command(tally.stale_tests, per_env=per_env)}")
         for line in update_lines(tally, verbose):
             write(line)
@@ -243,10 +194,9 @@ class GenguardReporter:
             write(self.report_error, red=True)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        report = session_settings(self.config).report
+        report = settings(self.config).report
         if report is None or hasattr(self.config, "workerinput"):
             return
-        from pytest_genguard.plugin.report_html import report_target, write_run_report
 
         target = report_target(self.config, report)
         try:
@@ -257,7 +207,3 @@ class GenguardReporter:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         else:
             self.report_written = target
-
-
-def session_settings(config: pytest.Config) -> session.Settings:
-    return session.settings(config)

@@ -12,25 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pytest_genguard.core.compare import (
-    BFLOAT16,
-    EXACT,
-    FLOAT16,
-    FLOAT32,
-    Comparison,
-    Tolerances,
-    Verdict,
-    compare,
-    tolerances_for,
-)
-from pytest_genguard.core.trace import (
-    GenerationTrace,
-    ModelFingerprint,
-    PromptTrace,
-    Step,
-    TokenizerFingerprint,
-    float32,
-)
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.comparison import Comparison
+from pytest_genguard.core.jsontext import float32
+from pytest_genguard.core.tolerances import BFLOAT16, EXACT, FLOAT16, FLOAT32, Tolerances, tolerances_for
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
+from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.strategies import environments, token_texts, traces
 
 PROPERTY = settings(max_examples=40, deadline=None)
@@ -537,7 +524,7 @@ def test_related_pairs_compare_and_explain_without_raising(pair: tuple[Generatio
 
 def test_the_comparison_rule_and_its_explanation_import_only_the_standard_library() -> None:
     code = (
-        "import sys, pytest_genguard.core.compare, pytest_genguard.core.explain; "
+        "import sys, pytest_genguard.core.compare, pytest_genguard.core.comparison; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'transformers', 'hypothesis', 'numpy'}))"
     )
     root = str(Path(__file__).resolve().parents[2])

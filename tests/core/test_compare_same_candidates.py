@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_genguard import strategies
-from pytest_genguard.core.compare import FLOAT32, compare
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.tolerances import FLOAT32
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
 
 

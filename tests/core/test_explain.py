@@ -8,9 +8,11 @@ import re
 import pytest
 from hypothesis import given, settings
 
-from pytest_genguard.core.compare import Comparison, Verdict, compare
-from pytest_genguard.core.explain import SNAPSHOT_UPDATE, UPDATE_STALE, display_width, quote, render, summary_line
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.comparison import Comparison, render, summary_line
+from pytest_genguard.core.text import display_width, quote
 from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
+from pytest_genguard.core.verdict import SNAPSHOT_UPDATE, UPDATE_STALE, Verdict
 from pytest_genguard.strategies import traces
 
 TEXT = {0: "<eos>", 1: " the", 2: " quick", 3: " brown", 4: " fox", 5: " dog", 6: " cat", 7: ".", 8: " jumps"}

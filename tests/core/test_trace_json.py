@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 
+from pytest_genguard.core.jsontext import float32, format_float
 from pytest_genguard.core.trace import (
     GenerationTrace,
     ModelFingerprint,
@@ -21,8 +22,6 @@ from pytest_genguard.core.trace import (
     Step,
     TokenizerFingerprint,
     TraceFormatError,
-    float32,
-    format_float,
 )
 from pytest_genguard.strategies import traces
 

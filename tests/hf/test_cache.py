@@ -14,12 +14,12 @@ from pytest_genguard.hf.cache import (
     MANIFEST,
     CacheCorrupt,
     GenguardCacheWarning,
-    cache_dir_for,
     cache_key,
     default_cache_dir,
     fetch,
     verify_entry,
 )
+from pytest_genguard.plugin.finetune_fixture import cache_dir_for
 
 KEY = cache_key({"arch": "toy", "seed": 0})
 

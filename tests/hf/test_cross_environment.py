@@ -22,9 +22,11 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_genguard.core.compare import BFLOAT16, EXACT, FLOAT32, Tolerances, Verdict, compare
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.environments import environment_differences, same_environment
+from pytest_genguard.core.tolerances import BFLOAT16, EXACT, FLOAT32, Tolerances
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
-from pytest_genguard.hf.environment import environment_differences, same_environment
+from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.finetune import FineTuned
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import probe_prompts, tiny_model

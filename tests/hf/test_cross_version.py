@@ -13,7 +13,7 @@ import transformers
 from cross_version import CASES, FIXTURES, record_case
 
 from pytest_genguard import GenerationTrace, Verdict, compare
-from pytest_genguard.core.explain import render
+from pytest_genguard.core.comparison import render
 
 VERSIONS = sorted(p.name.removeprefix("transformers-") for p in FIXTURES.iterdir() if p.is_dir())
 

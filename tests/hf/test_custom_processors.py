@@ -15,7 +15,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from pytest_genguard import GenerationTrace, assert_well_formed, compare, verify
 from pytest_genguard.core import events
-from pytest_genguard.core.compare import Verdict
+from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 from pytest_genguard.hf.verify import VerifyFallbackWarning

@@ -10,12 +10,8 @@ import torch
 import transformers
 from fake_torch import FakeTorch
 
-from pytest_genguard.hf.environment import (
-    environment,
-    environment_class,
-    environment_differences,
-    same_environment,
-)
+from pytest_genguard.core.environments import environment_class, environment_differences, same_environment
+from pytest_genguard.hf.environment import environment
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 

@@ -15,22 +15,13 @@ import torch
 import transformers
 
 from pytest_genguard.hf.cache import HISTORY_FILE, MANIFEST, WEIGHTS_FILE, GenguardCacheWarning, cache_key, file_sha256
-from pytest_genguard.hf.finetune import (
-    DEFAULT_STEPS,
-    FineTuned,
-    _Collator,
-    _encoder_input,
-    _examples,
-    _key_parts,
-    _spec,
-    finetune,
-    recipe_hash,
-)
+from pytest_genguard.hf.finetune import FineTuned, cache_key_parts, finetune
 from pytest_genguard.hf.fingerprint import weights_hash
+from pytest_genguard.hf.recipe import DEFAULT_STEPS, Collator, Recipe, encoder_input, examples_for, recipe_hash
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.recorder import preserved_rng
 from pytest_genguard.hf.tiny import ARCHS, finetune_texts, probe_prompts, tiny_model, tiny_tokenizer
-from pytest_genguard.plugin import session
+from pytest_genguard.plugin.tally import EVENTS_KEY
 
 MIN_MARGIN = 4.5  # measured 4.86 (gpt2), 7.60 (llama), 5.91 (t5) nats with the portable initialisation
 """The smallest top-1/top-2 margin (nats) every default model keeps on every greedy step of every probe prompt."""
@@ -86,8 +77,8 @@ def test_the_history_shows_the_model_learning(defaults: dict[str, FineTuned]) ->
 def test_labels_keep_eos_and_mask_only_padding() -> None:
     tokenizer = tiny_tokenizer()
     assert tokenizer.pad_token_id != tokenizer.eos_token_id
-    spec = _spec("gpt2", 1, 0, ["one two three.", "a b."], None, 1e-2, 2)
-    batch = _Collator(int(tokenizer.pad_token_id))([_examples(spec, tokenizer)[0], _examples(spec, tokenizer)[1]])
+    spec = Recipe.of("gpt2", steps=1, seed=0, corpus=["one two three.", "a b."], learning_rate=1e-2, batch_size=2)
+    batch = Collator(int(tokenizer.pad_token_id))([examples_for(spec, tokenizer)[0], examples_for(spec, tokenizer)[1]])
     for row_ids, row_mask, row_labels in zip(batch["input_ids"], batch["attention_mask"], batch["labels"], strict=True):
         length = int(row_mask.sum())
         assert int(row_ids[length - 1]) == tokenizer.eos_token_id  # every text ends in EOS...
@@ -99,11 +90,11 @@ def test_labels_keep_eos_and_mask_only_padding() -> None:
 
 def test_t5_learns_the_rest_of_each_sentence_from_its_probe_prefix() -> None:
     prompts = probe_prompts()
-    assert _encoder_input("the quick brown fox jumps over the lazy dog.", prompts) == "the quick"
-    assert _encoder_input("once upon a time there was a little cat.", prompts) == "once upon a"
-    assert _encoder_input("my favourite colour is blue.", prompts) == "my favourite"
+    assert encoder_input("the quick brown fox jumps over the lazy dog.", prompts) == "the quick"
+    assert encoder_input("once upon a time there was a little cat.", prompts) == "once upon a"
+    assert encoder_input("my favourite colour is blue.", prompts) == "my favourite"
     tokenizer = tiny_tokenizer()
-    example = _examples(_spec("t5", 1, 0, None, None, 1e-2, 8), tokenizer)[0]
+    example = examples_for(Recipe.of("t5", steps=1, learning_rate=1e-2, batch_size=8), tokenizer)[0]
     assert tokenizer.decode(example["input_ids"]) == "the quick"
     assert tokenizer.decode(example["labels"]) == " brown fox jumps over the lazy dog.</s>"
 
@@ -157,14 +148,14 @@ def test_a_second_request_loads_the_same_model_from_the_cache(quick: dict[str, A
 def test_quiet_training_prints_nothing_and_adds_no_record_events_to_the_test(
     request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    events = request.node.stash[session.EVENTS_KEY]
+    events = request.node.stash[EVENTS_KEY]
     finetune("gpt2", steps=2, cache_dir=tmp_path, progress=False)
     out, err = capsys.readouterr()
     assert "2/2" not in err and "'loss'" not in out  # no bar, and no PrinterCallback dicts instead
-    assert not [e for e in events if e["kind"] == "record"]
+    assert not [e for e in events if e.kind == "record"]
     tuned = finetune("gpt2", steps=2, cache_dir=tmp_path, progress=False)
     record(tuned.model, tuned.tokenizer, "the quick", max_new_tokens=2)  # negative control: the test's own record
-    assert [e["kind"] for e in events] == ["record"]
+    assert [e.kind for e in events] == ["record"]
 
 
 def test_finetune_leaves_the_callers_rng_streams_alone(quick: dict[str, Any]) -> None:
@@ -179,8 +170,8 @@ def test_finetune_leaves_the_callers_rng_streams_alone(quick: dict[str, Any]) ->
 def _parts(**change: Any) -> dict[str, Any]:
     settings: dict[str, Any] = {"steps": QUICK, "seed": 0, "corpus": None, "prompts": None}
     settings.update({"learning_rate": 1e-2, "batch_size": 8, **change})
-    spec = _spec("gpt2", **settings)
-    parts: dict[str, Any] = _key_parts(spec, tiny_model("gpt2", seed=spec.seed), tiny_tokenizer())
+    spec = Recipe.of("gpt2", **settings)
+    parts: dict[str, Any] = cache_key_parts(spec, tiny_model("gpt2", seed=spec.seed), tiny_tokenizer())
     return parts
 
 
@@ -261,7 +252,7 @@ def test_progress_shows_the_trainers_bar_and_logs(tmp_path: Path, capsys: pytest
 def _recipe(**change: Any) -> str:
     settings: dict[str, Any] = {"steps": QUICK, "seed": 0, "corpus": None, "prompts": None}
     settings.update({"learning_rate": 1e-2, "batch_size": 8, **change})
-    return recipe_hash(_spec("gpt2", **settings))
+    return recipe_hash(Recipe.of("gpt2", **settings))
 
 
 def test_the_recipe_names_how_the_model_was_made_but_not_the_library_versions(

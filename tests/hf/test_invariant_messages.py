@@ -18,9 +18,10 @@ from invariant_support import (
 )
 
 import pytest_genguard
+from pytest_genguard.core.events import Event, to_json
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
-from pytest_genguard.plugin import session
+from pytest_genguard.plugin.tally import EVENTS_KEY
 
 LOOP = [(12, " sat")] * 6
 
@@ -35,8 +36,8 @@ def tokenizer() -> Any:
     return tiny_tokenizer()
 
 
-def _events(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
-    return request.node.stash[session.EVENTS_KEY]
+def _events(request: pytest.FixtureRequest) -> list[Event]:
+    return request.node.stash[EVENTS_KEY]
 
 
 FAILING: dict[str, Callable[[Any, Any], None]] = {
@@ -75,7 +76,7 @@ def test_a_failing_invariant_emits_one_event_and_hides_its_frames(
     try:
         message = str(info.value)
         assert message.startswith(f"{name}: ")
-        assert events == [
+        assert [to_json(e) for e in events] == [
             {"kind": "invariant", "name": name, "ok": False, "failure": True, "summary": message.split("\n")[0]}
         ]
         # Frames of functions that set __tracebackhide__ are left out of the report: only this test's frame remains.
@@ -90,9 +91,9 @@ def test_a_passing_invariant_emits_an_ok_event_and_its_internal_recordings_stay_
 ) -> None:
     pytest_genguard.assert_cache_invariant(model, tokenizer, PROBES[:1], max_new_tokens=3)
     summary = {"kind": "invariant", "name": "assert_cache_invariant", "ok": True, "failure": False}
-    assert _events(request) == [{**summary, "summary": "assert_cache_invariant: ok"}]
+    assert [to_json(e) for e in _events(request)] == [{**summary, "summary": "assert_cache_invariant: ok"}]
     record(model, tokenizer, PROBES[:1], max_new_tokens=3)  # control: record() alone does emit
-    assert [e["kind"] for e in _events(request)] == ["invariant", "record"]
+    assert [e.kind for e in _events(request)] == ["invariant", "record"]
 
 
 TESTS = """

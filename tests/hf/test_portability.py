@@ -190,7 +190,7 @@ def test_the_training_tolerance_still_catches_real_training_changes(
         monkeypatch.setattr(finetune_module, "_training_arguments", _double_lr(finetune_module._training_arguments))
     else:
         wrap = _mask_eos if fault == "eos-masked" else _shift_labels
-        monkeypatch.setattr(finetune_module._Collator, "__call__", wrap(finetune_module._Collator.__call__))
+        monkeypatch.setattr(finetune_module.Collator, "__call__", wrap(finetune_module.Collator.__call__))
     (pytester.path / "test_portable.py").write_text(PROJECT)
     snapshots = recorded_under_avx2 / "__snapshots__"
     target = pytester.path / "__snapshots__" / "test_portable"

@@ -13,10 +13,11 @@ import pytest
 import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from pytest_genguard.core.compare import Verdict, compare
+from pytest_genguard.core.compare import compare
 from pytest_genguard.core.trace import TraceFormatError
-from pytest_genguard.hf.finetune import _Collator, _examples, _spec
+from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.fingerprint import weights_hash
+from pytest_genguard.hf.recipe import Collator, Recipe, examples_for
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.recorder import (
     Checkpoint,
@@ -62,8 +63,8 @@ def _train(tmp: Path, callbacks: list[TrainerCallback]) -> Trainer:
     trainer = Trainer(
         model=model,
         args=args,
-        train_dataset=_examples(_spec("gpt2", 1, 0, None, None, 1e-2, 2), tokenizer),
-        data_collator=_Collator(int(tokenizer.pad_token_id)),
+        train_dataset=examples_for(Recipe.of("gpt2", steps=1, learning_rate=1e-2, batch_size=2), tokenizer),
+        data_collator=Collator(int(tokenizer.pad_token_id)),
         processing_class=tokenizer,
         callbacks=callbacks,
     )

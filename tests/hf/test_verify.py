@@ -11,10 +11,11 @@ import pytest
 import torch
 
 import pytest_genguard
-from pytest_genguard.core.compare import Verdict
+from pytest_genguard.core.events import to_json
+from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.teacher import teacher_force
-from pytest_genguard.hf.verify import VerifyFallbackWarning, verify, verify_trace
-from pytest_genguard.plugin import session
+from pytest_genguard.hf.verify import VerifyFallbackWarning, verify
+from pytest_genguard.plugin.tally import EVENTS_KEY
 
 PROMPTS = ["the quick brown", "a"]  # different lengths: the batch is left padded (right padded for t5)
 
@@ -121,7 +122,7 @@ def test_under_the_snapshot_rule_a_perturbed_model_is_stale_with_the_regression_
     changed = copy.deepcopy(model)
     with torch.no_grad():
         changed.transformer.h[0].mlp.c_proj.weight.mul_(3.0)
-    result = verify_trace(changed, tokenizer, trace, check_fingerprints=True)
+    result = verify(changed, tokenizer, trace, check_fingerprints=True)
     assert result.verdict is Verdict.STALE
     assert result.stale_reasons[0].startswith("model changed: weights ")
     assert any(not d.tolerated for d in result.divergences)  # the values regressed too: told, not the verdict
@@ -177,7 +178,7 @@ def test_verify_runs_in_eval_mode_restores_training_mode_and_emits_a_verify_even
     model.train()
     assert verify(model, tokenizer, trace, atol=1e-5).ok
     assert model.training
-    events = [e for e in request.node.stash[session.EVENTS_KEY] if e["kind"] == "verify"]
+    events = [to_json(e) for e in request.node.stash[EVENTS_KEY] if e.kind == "verify"]
     assert len(events) == 1
     assert events[0]["failure"] is False and events[0]["verdict"] in ("identical", "within tolerance")
     assert "atol 1e-05" in events[0]["summary"] or events[0]["verdict"] == "identical"

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from transformers import GenerationConfig
 
 from pytest_genguard import strategies
-from pytest_genguard.core.compare import Verdict
+from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
-from pytest_genguard.hf.verify import verify_trace
+from pytest_genguard.hf.verify import verify
 
 GENGUARD = settings.get_profile(strategies.PROFILE)
 
@@ -43,7 +43,7 @@ def prompt_lists(tokenizer: Any) -> st.SearchStrategy[list[str]]:
 
 
 def _assert_verifies(model: Any, tokenizer: Any, trace: Any) -> None:
-    result = verify_trace(model, tokenizer, trace)
+    result = verify(model, tokenizer, trace)
     assert result.ok, str(result)
     assert result.verdict in (Verdict.IDENTICAL, Verdict.WITHIN_TOLERANCE, Verdict.TOLERATED)
     assert result.stats.compared > 0 and result.stats.exceeded == 0  # every value within the fp32 rule

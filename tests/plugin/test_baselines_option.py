@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.plugin.reference import available_baselines, per_env_location, pick_baseline, resolve_baseline
+from pytest_genguard.plugin.stores import available_baselines, per_env_location, pick_baseline, resolve_baseline
 
 
 @pytest.mark.parametrize(

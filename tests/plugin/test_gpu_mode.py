@@ -10,7 +10,8 @@ import pytest
 import torch  # imported here, not inside a test: pytester's in-process runs must not re-import it
 from fake_torch import FakeTorch
 
-from pytest_genguard.plugin import gpu, session
+from pytest_genguard.plugin import gpu
+from pytest_genguard.plugin.settings import SETTINGS_KEY, settings_from_config
 
 FLAGS_SET = [
     "use_deterministic_algorithms=True",
@@ -155,7 +156,7 @@ def test_configure_gpu_maps_an_xdist_worker_to_its_device(
     monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # restored afterwards (setup writes os.environ)
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw3")
     config = pytester.parseconfig("--genguard-gpu")
-    config.stash[session.SETTINGS_KEY] = session.settings_from_config(config)
+    config.stash[SETTINGS_KEY] = settings_from_config(config)
     fake = FakeTorch(devices=2)
     gpu.configure_gpu(config, torch_mod=fake)
     assert gpu.device_for(config) == torch.device("cuda", 1)

@@ -11,9 +11,11 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from pytest_genguard.core.compare import BFLOAT16, EXACT, Verdict, compare
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.environments import environment_differences, same_environment
+from pytest_genguard.core.tolerances import BFLOAT16, EXACT
 from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.hf.environment import environment_differences, same_environment
+from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.finetune import FineTuned
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import probe_prompts

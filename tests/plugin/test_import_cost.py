@@ -23,7 +23,7 @@ def test_importing_the_plugin_imports_no_torch_or_transformers(module: str) -> N
 
 def test_the_data_core_imports_no_torch() -> None:
     code = (
-        "import sys, pytest_genguard.core.trace, pytest_genguard.core.compare, pytest_genguard.core.explain, "
+        "import sys, pytest_genguard.core.trace, pytest_genguard.core.compare, pytest_genguard.core.comparison, "
         "pytest_genguard.core.history;"
         "print('torch' in sys.modules)"
     )

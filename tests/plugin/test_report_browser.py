@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from pytest_genguard.core import html
 from pytest_genguard.core.compare import compare
+from pytest_genguard.core.events import from_json
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
-from pytest_genguard.plugin import report_html
-from pytest_genguard.plugin.session import Tally
+from pytest_genguard.plugin import report
+from pytest_genguard.plugin.tally import Tally
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 FLAGS = (
@@ -124,11 +126,15 @@ def test_failure_report_loads_in_chromium_with_its_script_run_and_no_console_err
     path = [3, 4, 1, 2, 3, 4, 1, 2, 3, 0]
     tally = Tally()
     regressed = _trace([3, 4, 1, 6, 5, 4, 1, 2, 3, 0], torch="2.14.0")
-    tally.add("tests/test_decoding.py::test_greedy_path", [_event(_trace(path), regressed)])
-    tally.add("tests/test_decoding.py::test_stale", [_event(_trace(path), _trace([*path[:5], 5, 0], "b" * 64))])
-    tally.add("tests/test_decoding.py::test_ok", [{"kind": "snapshot", "verdict": "identical", "failure": False}])
+    tally.add("tests/test_decoding.py::test_greedy_path", [from_json(_event(_trace(path), regressed))])
+    tally.add(
+        "tests/test_decoding.py::test_stale", [from_json(_event(_trace(path), _trace([*path[:5], 5, 0], "b" * 64)))]
+    )
+    tally.add(
+        "tests/test_decoding.py::test_ok", [from_json({"kind": "snapshot", "verdict": "identical", "failure": False})]
+    )
     page = tmp_path / "report.html"
-    atomic_write_text(page, report_html.render_run_report(tally, context="pytest examples/"))
+    atomic_write_text(page, report.render_run_report(tally, context="pytest examples/"))
     shot = ARTIFACTS / "genguard-report-failures.png"
     loaded = load(chromium, page, shot, tmp_path / "profile")
     print(f"screenshot of the failure report: {shot}")
@@ -137,7 +143,7 @@ def test_failure_report_loads_in_chromium_with_its_script_run_and_no_console_err
     assert error is None
     assert ready == "2"  # the script ran to its end and found both divergences in the rendered DOM
     assert re.search(r'<body[^>]*class="compact"', loaded.dom)  # and folded the agreeing steps before them
-    assert f'id="{report_html.DIVERGENCE}"' in loaded.dom
+    assert f'id="{html.DIVERGENCE}"' in loaded.dom
     assert "&lt;b&gt;dog&lt;/b&gt;" in loaded.dom and "<b>dog</b>" not in loaded.dom
     # the logprobs beside the bars, the values that moved at the split marked, the command that re-records
     assert re.search(r'<li class="o x"[^>]*>.*?<em>-3\.5<b>-3\.2</b></em>', loaded.dom)
@@ -148,11 +154,11 @@ def test_failure_report_loads_in_chromium_with_its_script_run_and_no_console_err
 
 def test_trace_folder_report_loads_in_chromium(chromium: str, tmp_path: Path) -> None:
     files = [
-        report_html.TraceFile("__snapshots__/test_decoding/test_greedy.json", traces=(("", _trace([3, 4, 1, 2, 0])),)),
-        report_html.TraceFile("__snapshots__/broken.json", error="broken.json: not valid JSON"),
+        html.TraceFile("__snapshots__/test_decoding/test_greedy.json", traces=(("", _trace([3, 4, 1, 2, 0])),)),
+        html.TraceFile("__snapshots__/broken.json", error="broken.json: not valid JSON"),
     ]
     page = tmp_path / "traces.html"
-    atomic_write_text(page, report_html.render_trace_files(files, root="examples"))
+    atomic_write_text(page, html.render_trace_files(files, root="examples"))
     shot = ARTIFACTS / "genguard-report-traces.png"
     loaded = load(chromium, page, shot, tmp_path / "profile")
     print(f"screenshot of the trace folder report: {shot}")

@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from pytest_genguard.core import html
 from pytest_genguard.core.compare import compare
+from pytest_genguard.core.events import from_json
 from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.text import display_token
 from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
-from pytest_genguard.plugin import report_html
-from pytest_genguard.plugin.session import Tally
+from pytest_genguard.plugin import report
+from pytest_genguard.plugin.tally import Tally
 
 VOCAB = {
     0: "<|endoftext|>",
@@ -99,8 +102,8 @@ def with_class(doc: Elements, name: str) -> list[dict[str, str | None]]:
 def run_report(*events: tuple[str, dict]) -> str:
     tally = Tally()
     for nodeid, event in events:
-        tally.add(nodeid, [event])
-    return report_html.render_run_report(tally)
+        tally.add(nodeid, [from_json(event)])
+    return report.render_run_report(tally)
 
 
 REGRESSED = (
@@ -112,9 +115,9 @@ REGRESSED = (
 def test_failure_report_draws_both_paths_side_by_side_with_the_first_divergence_highlighted() -> None:
     page = run_report(("t.py::test_greedy", failure_event(*REGRESSED)))
     doc = parse(page)
-    marked = with_class(doc, report_html.DIVERGENCE)
+    marked = with_class(doc, html.DIVERGENCE)
     assert len(marked) == 1
-    assert marked[0].get("id") == report_html.DIVERGENCE
+    assert marked[0].get("id") == html.DIVERGENCE
     rows = [attrs for tag, attrs in doc.tags if tag == "tr"]
     step_rows = rows[-6:]  # header + 6 steps of the one prompt table (the environment table comes first)
     assert step_rows.index(marked[0]) == 2  # step 2 is where the paths split
@@ -140,7 +143,7 @@ def test_other_sides_token_is_marked_in_the_top_k_at_a_near_tie() -> None:
     page = run_report(("t.py::test_tie", event))
     doc = parse(page)
     assert "tolerated divergence" in page
-    assert with_class(doc, "tol") == with_class(doc, report_html.DIVERGENCE)
+    assert with_class(doc, "tol") == with_class(doc, html.DIVERGENCE)
     assert len(with_class(doc, "o")) == 2  # each side's top-k marks the token the other side chose
 
 
@@ -158,7 +161,7 @@ def test_bytes_of_incomplete_characters_show_as_byte_escapes_and_the_file_is_val
     atomic_write_text(target, page)
     text = target.read_bytes().decode("utf-8")  # strict: a lone surrogate would have made the write fail
     assert "\\xe2\\x82" in text
-    assert report_html.display_token("\udce2\udc82 a\n") == "\\xe2\\x82\u2423a\\n"
+    assert display_token("\udce2\udc82 a\n") == "\\xe2\\x82\u2423a\\n"
 
 
 def test_environment_fields_that_differ_are_listed() -> None:
@@ -194,9 +197,11 @@ def test_a_corrupt_trace_in_an_event_is_named_in_the_report_not_raised() -> None
 
 def test_a_run_where_everything_held_gets_a_short_all_checks_held_page() -> None:
     tally = Tally()
-    tally.add("t.py::a", [{"kind": "snapshot", "verdict": "identical", "failure": False}])
-    tally.add("t.py::b", [{"kind": "invariant", "name": "assert_no_repetition", "ok": True, "failure": False}])
-    page = report_html.render_run_report(tally)
+    tally.add("t.py::a", [from_json({"kind": "snapshot", "verdict": "identical", "failure": False})])
+    tally.add(
+        "t.py::b", [from_json({"kind": "invariant", "name": "assert_no_repetition", "ok": True, "failure": False})]
+    )
+    page = report.render_run_report(tally)
     assert "all 2 checks held" in page
     assert "snapshots: 1 matched" in page and "invariants: 1 checked, 0 failed" in page
     assert len(page) < 8000
@@ -237,7 +242,7 @@ def test_a_ten_failure_report_stays_small() -> None:
     size = len(page.encode("utf-8"))
     print(f"10-failure report (24 steps, top-5, one prompt each): {size} bytes")
     doc = parse(page)
-    assert len(with_class(doc, report_html.DIVERGENCE)) == 10
+    assert len(with_class(doc, html.DIVERGENCE)) == 10
     assert len(with_class(doc, "early")) == 10 * (12 - 3)  # steps well before each split fold away (the script)
     assert len(with_class(doc, "fold")) == 10
     assert size < 400_000
@@ -332,7 +337,6 @@ def test_a_recorded_trace_carries_the_texts_of_its_alternatives() -> None:
             "pytest --genguard-record-reference refs t.py::test_x",
         ),
         ({"kind": "invariant", "name": "assert_no_repetition"}, "pytest t.py::test_x"),
-        ({"kind": "snapshot", "verdict": "regression", "fix": "make snapshots"}, "make snapshots"),
     ],
 )
 def test_each_failure_shows_the_command_that_rerecords_it(event: dict[str, object], command: str) -> None:
@@ -397,7 +401,7 @@ def test_the_report_option_writes_one_file_for_the_run_with_the_failures_drawn(
     assert "test_project.py::test_regressed" in page and "test_project.py::test_ok" not in page
     assert "<code>pytest --snapshot-update test_project.py::test_regressed</code>" in page
     doc = parse(page)
-    assert [attrs.get("id") for attrs in with_class(doc, report_html.DIVERGENCE)] == [report_html.DIVERGENCE]
+    assert [attrs.get("id") for attrs in with_class(doc, html.DIVERGENCE)] == [html.DIVERGENCE]
 
 
 def test_a_run_where_every_check_held_writes_the_short_report(project: pytest.Pytester) -> None:

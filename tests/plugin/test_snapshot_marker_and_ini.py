@@ -55,11 +55,11 @@ def test_a_class_marker_applies_and_the_method_marker_wins_per_key(recorded: pyt
         class TestGreedy:
             def test_loose(self, genguard_snapshot):
                 assert make_trace("test_greedy") == genguard_snapshot
-                assert genguard_snapshot.overrides == {"atol": 1.0, "tie_tol": 0.0}
+                assert genguard_snapshot.overrides.as_dict() == {"atol": 1.0, "tie_tol": 0.0}
 
             @pytest.mark.genguard(atol=1e-6)
             def test_tight(self, genguard_snapshot):
-                assert genguard_snapshot.overrides == {"atol": 1e-6, "tie_tol": 0.0}
+                assert genguard_snapshot.overrides.as_dict() == {"atol": 1e-6, "tie_tol": 0.0}
         """
     )
     run(recorded, "--snapshot-update").assert_outcomes(passed=2)

@@ -9,8 +9,8 @@ import math
 import pytest
 from snapshot_support import XDIST, file_state, run, set_variants, setup, snapshot_path
 
+from pytest_genguard.core.review import nonfinite_message, nonfinite_values
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
-from pytest_genguard.plugin.snapshot_review import nonfinite_message, nonfinite_values
 
 TESTS = """
 import pytest

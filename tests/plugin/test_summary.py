@@ -6,7 +6,9 @@ import re
 
 import pytest
 
-from pytest_genguard.plugin import session, summary
+from pytest_genguard.core.events import from_json
+from pytest_genguard.plugin import summary
+from pytest_genguard.plugin.tally import Tally, counts_lines
 
 XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 
@@ -186,16 +188,16 @@ def test_fragile_steps_seen_while_recording_are_counted(pytester: pytest.Pyteste
 def test_the_rerecord_command_names_each_file_with_stale_snapshots_once() -> None:
     stale = ["a/test_x.py::test_1", "a/test_x.py::test_2[p]", "b/test y.py::test_3"]
     assert summary.rerecord_command(stale) == "pytest --genguard-update-stale a/test_x.py 'b/test y.py'"
-    per_env = "pytest --genguard-update-stale --genguard-baselines per-env a/test_x.py 'b/test y.py'"
+    per_env = "pytest --genguard-baselines per-env --genguard-update-stale a/test_x.py 'b/test y.py'"
     assert summary.rerecord_command(stale, per_env=True) == per_env
 
 
 def test_verify_and_reference_checks_get_their_own_lines() -> None:
-    tally = session.Tally()
-    tally.add("t.py::a", [{"kind": "verify", "verdict": "identical", "failure": False}])
-    tally.add("t.py::b", [{"kind": "reference", "verdict": "regression", "failure": True}])
-    tally.add("t.py::c", [{"kind": "record", "fragile_steps": 2}])
-    assert summary.counts_lines(tally) == [
+    tally = Tally()
+    tally.add("t.py::a", [from_json({"kind": "verify", "verdict": "identical", "failure": False})])
+    tally.add("t.py::b", [from_json({"kind": "reference", "verdict": "regression", "failure": True})])
+    tally.add("t.py::c", [from_json({"kind": "record", "fragile_steps": 2})])
+    assert counts_lines(tally) == [
         "teacher-forced verifications: 1 checked, 0 failed",
         "reference comparisons: 1 checked, 1 failed",
     ]
@@ -294,14 +296,14 @@ def test_unreadable_and_missing_snapshots_are_counted(pytester: pytest.Pytester)
 
 
 def test_a_failed_check_counts_as_failed_only_in_a_failed_test() -> None:
-    tally = session.Tally()
+    tally = Tally()
     miss = {"kind": "verify", "verdict": "regression", "failure": True, "summary": "regression: ..."}
-    tally.add("t.py::negative_control", [miss], "passed")
-    tally.add("t.py::broken", [miss], "failed")
-    tally.add("t.py::xfail", [miss], "skipped")
-    tally.add("t.py::fine", [{"kind": "verify", "verdict": "identical", "failure": False}], "passed")
-    assert summary.counts_lines(tally) == [
+    tally.add("t.py::negative_control", [from_json(miss)], "passed")
+    tally.add("t.py::broken", [from_json(miss)], "failed")
+    tally.add("t.py::xfail", [from_json(miss)], "skipped")
+    tally.add("t.py::fine", [from_json({"kind": "verify", "verdict": "identical", "failure": False})], "passed")
+    assert counts_lines(tally) == [
         "teacher-forced verifications: 4 checked, 1 failed, 2 did not hold in tests that passed (those tests "
         "expected it)"
     ]
-    assert [f["nodeid"] for f in tally.failures] == ["t.py::broken"]  # what the HTML report draws
+    assert [nodeid for nodeid, _ in tally.failures] == ["t.py::broken"]  # what the HTML report draws

@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pytest_genguard.core.comparison import describe
+from pytest_genguard.core.documents import Outcome, history_of
+from pytest_genguard.core.text import quote
 from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.plugin.snapshot import Outcome, is_history
 
 __all__ = ["accepted_changes", "nonfinite_message", "nonfinite_values"]
 
@@ -31,8 +33,6 @@ def _step_nonfinite(step: Any) -> list[str]:
 def nonfinite_values(value: Any) -> tuple[int, list[str]]:
     """How many NaN/inf values a trace (or a recorder history: each checkpoint's trace and loss) holds, and where:
     one entry per step, ``prompt 0 'the quick' step 3: logprob nan, score nan``."""
-    from pytest_genguard.core.explain import quote
-
     if isinstance(value, GenerationTrace):
         count, where = 0, []
         for i, prompt in enumerate(value.prompts):
@@ -42,8 +42,8 @@ def nonfinite_values(value: Any) -> tuple[int, list[str]]:
                     count += len(bad)
                     where.append(f"prompt {i} {quote(prompt.prompt, 30)} step {n}: {', '.join(bad)}")
         return count, where
-    if is_history(value):
-        checkpoints = value.history if hasattr(value, "history") else value
+    checkpoints = history_of(value)
+    if checkpoints is not None:
         count, where = 0, []
         for k, checkpoint in enumerate(checkpoints):
             prefix = f"checkpoint {k} (step {checkpoint.step})"
@@ -81,8 +81,6 @@ def _count(n: int) -> str:
 def accepted_changes(outcome: Outcome) -> list[str]:
     """What re-recording a snapshot accepted, per prompt: the first divergence and changed finish reasons (for the
     summary of --genguard-update-stale and --snapshot-update, so a reviewer sees it)."""
-    from pytest_genguard.core.explain import describe, quote
-
     cmp = outcome.comparison
     if cmp is None:
         return [outcome.summary]

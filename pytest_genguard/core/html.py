@@ -1,4 +1,5 @@
-"""The HTML report: one self-contained file (inline CSS and JS, no network, no fonts) that shows what changed.
+"""HTML for traces and comparisons: self-contained pages (inline CSS and JS, no network, no fonts) that show what
+changed.
 
 For every failed genguard check it draws the expected and the actual token paths side by side, with the first
 divergence highlighted (class ``genguard-divergence``; the first one in the page also has that id), the top-k
@@ -14,25 +15,19 @@ do not carry it).
 
 from __future__ import annotations
 
-import datetime as _dt
 import html
 import math
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.compare import Comparison, Tolerances, Verdict, compare, same, tolerances_for
-from pytest_genguard.core.explain import SNAPSHOT_UPDATE, UPDATE_STALE, quote
-from pytest_genguard.core.files import atomic_write_text
-from pytest_genguard.core.trace import GenerationTrace, JSONScalar, PromptTrace, Step, TraceFormatError
+from pytest_genguard.core.comparison import Comparison
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.text import clean, display_token, quote
+from pytest_genguard.core.tolerances import Tolerances, same, tolerances_for
+from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
 
-if TYPE_CHECKING:
-    import pytest
-
-    from pytest_genguard.plugin.session import Tally
+__all__ = ["DIVERGENCE", "Page", "TraceFile", "badge", "document", "escape", "render_trace_files", "toolbar"]
 
 DIVERGENCE = "genguard-divergence"
 
@@ -85,33 +80,16 @@ window.addEventListener("error",function(e){document.body.setAttribute("data-gen
 _CONTEXT = 3
 """Steps shown before a divergence; earlier ones fold away (the script folds them, so without it all show)."""
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_CONTROL = re.compile("[\x00-\x1f\x7f\u0085\u2028\u2029]")
 
-
-def clean(text: str) -> str:
-    """Text safe to write as UTF-8: bytes kept as lone surrogates become ``\\xNN``, other surrogates ``\\uXXXX``."""
-    return _SURROGATE.sub(
-        lambda m: (
-            f"\\x{ord(m.group()) - 0xDC00:02x}" if 0xDC80 <= ord(m.group()) <= 0xDCFF else f"\\u{ord(m.group()):04x}"
-        ),
-        text,
-    )
-
-
-def display_token(token: str) -> str:
-    """A token as a reader should see it: visible spaces and control characters, surrogates as ``\\xNN``."""
-    text = clean(token).replace(" ", "\u2423")
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
-
-
-def _e(value: object) -> str:
+def escape(value: object) -> str:
     return html.escape(clean(str(value)), quote=True)
 
 
 def _tok(token: str | None) -> str:
     return (
-        '<span class="muted">(none)</span>' if token is None else f'<span class="tok">{_e(display_token(token))}</span>'
+        '<span class="muted">(none)</span>'
+        if token is None
+        else f'<span class="tok">{escape(display_token(token))}</span>'
     )
 
 
@@ -125,7 +103,7 @@ def _cell(
         return _tok(step.token) + _logprob_mark(
             step.logprob, None if same_token is None else same_token.logprob, tol, "span"
         )
-    return '<span class="muted">(ended: ' + (_e(prompt.finish_reason) if prompt else "no prompt") + ")</span>"
+    return '<span class="muted">(ended: ' + (escape(prompt.finish_reason) if prompt else "no prompt") + ")</span>"
 
 
 def _difference(value: float, other: float | None, tol: Tolerances | None) -> str:
@@ -144,7 +122,7 @@ def _logprob_mark(value: float, other: float | None, tol: Tolerances | None, tag
         verdict = "within tolerance" if kind == "d" else "beyond tolerance"
         title += f"; other side {_num(other, 9)}; difference {_signed(delta)} ({verdict})"
     cls = f"lp {kind}".strip()
-    return f'<{tag} class="{cls}" title="{_e(title)}">{_e(_num(value, 6))}</{tag}>'
+    return f'<{tag} class="{cls}" title="{escape(title)}">{escape(_num(value, 6))}</{tag}>'
 
 
 def _signed(value: float) -> str:
@@ -164,9 +142,9 @@ def _prob(logprob: float) -> float:
     return max(0.0, min(100.0, math.exp(min(logprob, 0.0)) * 100.0))
 
 
-def _verdict(verdict: str) -> str:
+def badge(verdict: str) -> str:
     slug = re.sub(r"[^a-z]+", "-", verdict.lower()).strip("-") or "unknown"
-    return f'<span class="v v-{slug}">{_e(verdict)}</span>'
+    return f'<span class="v v-{slug}">{escape(verdict)}</span>'
 
 
 def _topk(
@@ -195,15 +173,15 @@ def _topk(
         delta = ""
         if kind:
             title += f"; other side {_num(theirs[tid], 9)}; difference {_signed(lp - theirs[tid])}"
-            delta = f"<b>{_e(_signed(lp - theirs[tid]))}</b>"
+            delta = f"<b>{escape(_signed(lp - theirs[tid]))}</b>"
         elif other is not None and tid not in theirs:
             classes.append("n")
             title += "; not in the other side's top-k"
         text = texts.get(tid, f"#{tid}")
         cls = f' class="{" ".join(classes)}"' if classes else ""
         items.append(
-            f'<li{cls} title="{_e(title)}"><i style="width:{_prob(lp):.1f}%"></i>'
-            f"<span>{_e(display_token(text))}</span><em>{_e(_num(lp, 6))}{delta}</em></li>"
+            f'<li{cls} title="{escape(title)}"><i style="width:{_prob(lp):.1f}%"></i>'
+            f"<span>{escape(display_token(text))}</span><em>{escape(_num(lp, 6))}{delta}</em></li>"
         )
     return '<ol class="k">' + "".join(items) + "</ol>"
 
@@ -220,7 +198,7 @@ def _texts(*traces: GenerationTrace) -> dict[int, str]:
 
 
 @dataclass
-class _Page:
+class Page:
     """Builds one page; remembers whether the page-wide divergence id was handed out."""
 
     first_divergence_done: bool = False
@@ -271,8 +249,8 @@ class _Page:
         status = "identical path" if div is None else f"step {div.step}: {div.kind} ({div.detail})"
         verdict = comparison.prompt_verdicts[index] if index < len(comparison.prompt_verdicts) else None
         head = (
-            f"<h3>prompt {index}: {_e(quote(prompt, 80))} {_verdict(str(verdict) if verdict else 'not compared')} "
-            f'<span class="muted">{_e(status)}</span></h3>'
+            f"<h3>prompt {index}: {escape(quote(prompt, 80))} {badge(str(verdict) if verdict else 'not compared')} "
+            f'<span class="muted">{escape(status)}</span></h3>'
         )
         table = (
             "<table><tr><th>step</th><th>expected</th><th>expected top-k</th><th>actual</th><th>actual top-k</th>"
@@ -285,11 +263,11 @@ class _Page:
     def comparison(self, comparison: Comparison) -> str:
         parts = []
         if comparison.stale_reasons:
-            parts.append("<h3>why stale</h3><ul>" + "".join(f"<li>{_e(r)}</li>" for r in comparison.stale_reasons))
+            parts.append("<h3>why stale</h3><ul>" + "".join(f"<li>{escape(r)}</li>" for r in comparison.stale_reasons))
             parts.append("</ul>")
         if comparison.environment_diff:
             rows = "".join(
-                f"<tr><td>{_e(k)}</td><td>{_e(_scalar(a))}</td><td>{_e(_scalar(b))}</td></tr>"
+                f"<tr><td>{escape(k)}</td><td>{escape(_scalar(a))}</td><td>{escape(_scalar(b))}</td></tr>"
                 for k, a, b in comparison.environment_diff
             )
             parts.append(
@@ -298,9 +276,9 @@ class _Page:
             )
         st = comparison.stats
         parts.append(
-            f'<p class="muted">tolerances: {_e(comparison.tolerances)}; values compared {st.compared}, beyond '
+            f'<p class="muted">tolerances: {escape(comparison.tolerances)}; values compared {st.compared}, beyond '
             f"tolerance {st.exceeded}, max |diff| {_num(st.max_abs)}"
-            + (f" at {_e(st.worst)}" if st.worst else "")
+            + (f" at {escape(st.worst)}" if st.worst else "")
             + "</p>"
         )
         parts.append(
@@ -320,7 +298,9 @@ class _Page:
             meta.append(("tokenizer", f"{trace.tokenizer.name} {trace.tokenizer.hash[:12]}"))
         meta += [(f"settings.{k}", _scalar(v)) for k, v in sorted(trace.settings.items())]
         meta += [(f"environment.{k}", _scalar(v)) for k, v in sorted(trace.environment.items())]
-        parts = ["<table>" + "".join(f"<tr><td>{_e(k)}</td><td>{_e(v)}</td></tr>" for k, v in meta) + "</table>"]
+        parts = [
+            "<table>" + "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in meta) + "</table>"
+        ]
         texts = _texts(trace)
         for i, p in enumerate(trace.prompts):
             rows = []
@@ -332,8 +312,8 @@ class _Page:
                     f"<td>{_topk(step, None, texts)}</td></tr>"
                 )
             parts.append(
-                f"<h3>prompt {i}: {_e(quote(p.prompt, 80))} <span class=muted>{len(p.steps)} steps, finish "
-                f"{_e(p.finish_reason)}, smallest margin {_num(p.min_margin)}</span></h3><table><tr><th>step</th>"
+                f"<h3>prompt {i}: {escape(quote(p.prompt, 80))} <span class=muted>{len(p.steps)} steps, finish "
+                f"{escape(p.finish_reason)}, smallest margin {_num(p.min_margin)}</span></h3><table><tr><th>step</th>"
                 "<th>token</th><th>logprob</th><th>margin</th><th>top-k</th></tr>" + "".join(rows) + "</table>"
             )
         return "".join(parts)
@@ -350,118 +330,21 @@ def _tolerances_or_default(dtype: str | None) -> Tolerances:
         return tolerances_for("bfloat16")
 
 
-def _opt(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _parse(text: Any, source: str) -> GenerationTrace | str:
-    """The trace, or the reason it cannot be drawn."""
-    if not isinstance(text, str):
-        return f"{source}: no trace recorded"
-    try:
-        return GenerationTrace.from_json(text, source=source)
-    except TraceFormatError as exc:
-        return str(exc)
-
-
-def _failure(page: _Page, event: Mapping[str, Any], tolerances: Mapping[str, float]) -> str:
-    nodeid = str(event.get("nodeid", "?"))
-    kind = str(event.get("kind", "?"))
-    verdict = str(event.get("verdict") or "failed")
-    label = kind + (f" {event['name']}" if event.get("name") else "")
-    parts = [f'<section class="f"><h2>{_e(nodeid)}</h2><div>{_verdict(verdict)} {_e(label)}']
-    if event.get("reference"):
-        parts.append(f' <span class="muted">reference {_e(event["reference"])}</span>')
-    parts.append(f'</div><p class="sum">{_e(event.get("summary", ""))}</p>')
-    command = fix_command(event)
-    if command is not None:
-        parts.append(f'<p class="fix">{_e(command[0])}: <code>{_e(command[1])}</code></p>')
-    if "expected" in event or "actual" in event:
-        expected = _parse(event.get("expected"), f"{nodeid} (expected)")
-        actual = _parse(event.get("actual"), f"{nodeid} (actual)")
-        if isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace):
-            own = event.get("tolerances")
-            given = dict(own) if isinstance(own, Mapping) else dict(tolerances)
-            cmp = compare(
-                expected,
-                actual,
-                atol=_opt(given.get("atol")),
-                rtol=_opt(given.get("rtol")),
-                tie_tol=_opt(given.get("tie_tol")),
-                check_fingerprints=kind != "verify",  # verify() compares values of a model on purpose
-            )
-            parts.append(page.comparison(cmp))
-        else:
-            for side in (expected, actual):
-                parts.append(f"<p>{_e(side)}</p>" if isinstance(side, str) else page.trace(side))
-    if event.get("detail"):
-        parts.append(f"<details><summary>full message</summary><pre>{_e(event['detail'])}</pre></details>")
-    parts.append("</section>")
-    return "".join(parts)
-
-
-def fix_command(event: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(what it does, the command) for a failed check: what re-records a snapshot, a baseline or a reference; for an
-    invariant, the command that re-runs the test. An event's own ``fix`` field wins."""
-    nodeid = str(event.get("nodeid") or "")
-    target = f" {shlex.quote(nodeid)}" if nodeid else ""
-    given = event.get("fix")
-    if isinstance(given, str) and given:
-        return "if the change is intended, re-record", given
-    kind = str(event.get("kind", ""))
-    verdict = str(event.get("verdict") or "")
-    if kind == "reference" and event.get("reference"):
-        folder = Path(str(event["reference"])).parent.parent
-        return "if the change is intended, re-record the reference (in the reference environment)", (
-            f"pytest --genguard-record-reference {shlex.quote(str(folder))}{target}"
-        )
-    if kind in ("snapshot", "verify"):
-        options = "--genguard-baselines per-env " if event.get("environment_class") else ""
-        if verdict == Verdict.STALE.value:
-            return "if the model, tokenizer, settings or prompts changed on purpose, re-record", (
-                f"{UPDATE_STALE.replace('pytest ', 'pytest ' + options, 1)}{target}"
-            )
-        if verdict in (Verdict.REGRESSION.value, "missing", "invalid"):
-            return "if the new behaviour is intended, re-record", (
-                f"{SNAPSHOT_UPDATE.replace('pytest ', 'pytest ' + options, 1)}{target}"
-            )
-    return ("re-run it", f"pytest{target}") if nodeid else None
-
-
-def _document(title: str, subtitle: str, body: str) -> str:
+def document(title: str, subtitle: str, body: str) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width,initial-scale=1">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><header><h1>{_e(title)}</h1>"
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body><header><h1>{escape(title)}</h1>"
         f"<p>{subtitle}</p></header><main>{body}</main><script>{_JS}</script></body></html>\n"
     )
 
 
-def _toolbar() -> str:
+def toolbar() -> str:
     return (
         '<div class="bar"><button id="jump" type="button">jump to the first divergence</button>'
         '<button id="hide" type="button">hide steps after each divergence</button>'
         '<button id="all" type="button">show all steps</button></div>'
     )
-
-
-def render_run_report(
-    tally: Tally, *, title: str = "genguard report", context: str = "", tolerances: Mapping[str, float] | None = None
-) -> str:
-    """The run's report: every failed check drawn in full, or a short page when all checks held."""
-    from pytest_genguard.plugin.summary import counts_lines
-
-    checks = sum(tally.checks.values())
-    page = _Page()
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    subtitle = _e(f"{context} {stamp}".strip())
-    counts = "<br>".join(_e(line) for line in counts_lines(tally))
-    if not tally.failures:
-        body = f'<section class="f"><h2>{_verdict("held")} all {checks} checks held</h2><p>{counts}</p></section>'
-        return _document(title, subtitle, body)
-    body = f"<p><b>{len(tally.failures)} of {checks} checks failed.</b><br>{counts}</p>" + _toolbar()
-    body += "".join(_failure(page, event, tolerances or {}) for event in tally.failures)
-    return _document(title, subtitle, body)
 
 
 @dataclass(frozen=True)
@@ -479,31 +362,16 @@ class TraceFile:
 
 def render_trace_files(files: Sequence[TraceFile], *, root: str) -> str:
     """The page for `genguard report DIR`: every trace file rendered under its path, unreadable files named."""
-    page = _Page()
+    page = Page()
     good = sum(1 for f in files if f.error is None)
     unreadable = f", {len(files) - good} unreadable" if good < len(files) else ""
-    parts = [f"<p>{good} trace files under {_e(root)}{unreadable}"]
-    parts.append("</p><ul>" + "".join(f'<li><a href="#f{i}">{_e(f.path)}</a></li>' for i, f in enumerate(files)))
+    parts = [f"<p>{good} trace files under {escape(root)}{unreadable}"]
+    parts.append("</p><ul>" + "".join(f'<li><a href="#f{i}">{escape(f.path)}</a></li>' for i, f in enumerate(files)))
     parts.append("</ul>")
     for i, f in enumerate(files):
         if f.error is not None:
-            inner = f"<p>{_verdict('failed')} {_e(f.error)}</p>"
+            inner = f"<p>{badge('failed')} {escape(f.error)}</p>"
         else:
-            inner = "".join((f"<h3>{_e(label)}</h3>" if label else "") + page.trace(t) for label, t in f.traces)
-        parts.append(f'<section class="f" id="f{i}"><h2>{_e(f.path)}</h2>{inner}</section>')
-    return _document("genguard traces", _e(root), "".join(parts))
-
-
-def report_target(config: pytest.Config, path: Path) -> Path:
-    """Where `--genguard-report PATH` goes: relative paths are taken from the directory pytest was started in."""
-    return path if path.is_absolute() else config.invocation_params.dir / path
-
-
-def write_run_report(config: pytest.Config, tally: Tally, path: Path) -> None:
-    """Write the run's report to `path` atomically."""
-    from pytest_genguard.plugin import session
-
-    target = report_target(config, path)
-    context = f"pytest {' '.join(config.invocation_params.args)} in {config.rootpath} —"
-    text = render_run_report(tally, context=context, tolerances=session.settings(config).tolerance_overrides())
-    atomic_write_text(target, text)
+            inner = "".join((f"<h3>{escape(label)}</h3>" if label else "") + page.trace(t) for label, t in f.traces)
+        parts.append(f'<section class="f" id="f{i}"><h2>{escape(f.path)}</h2>{inner}</section>')
+    return document("genguard traces", escape(root), "".join(parts))

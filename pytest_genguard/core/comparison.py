@@ -1,4 +1,4 @@
-"""Failure text for a `Comparison`: what a person reads when a decoding test fails.
+"""`Comparison`, the result of `compare()`, and its failure text: what a person reads when a decoding test fails.
 
 Layout, most important first (pytest truncates long assertion explanations, so the one-line summary leads):
 
@@ -8,87 +8,59 @@ Layout, most important first (pytest truncates long assertion explanations, so t
 4. divergences in other prompts, differing environment fields;
 5. the command that fixes it if the change is intended.
 
-Tokens are quoted like `repr()` so whitespace is visible; bytes of partial UTF-8 sequences (stored as lone
-surrogates, see `trace.Step.token_bytes`) are shown as ``\\xNN``. Pure standard library.
+Tokens are quoted with `text.quote`. Pure standard library.
 """
 
 from __future__ import annotations
 
 import math
-import unicodedata
+from dataclasses import dataclass, field
 
-from pytest_genguard.core.compare import Comparison, Divergence, Verdict
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.text import escape_char, number, pad, plural, quote
+from pytest_genguard.core.tolerances import Tolerances
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace
+from pytest_genguard.core.verdict import Divergence, ErrorStats, Verdict, rerecord_command
 
-UPDATE_STALE = "pytest --genguard-update-stale"
-"""Re-records only the snapshots whose model, tokenizer, settings or prompts changed."""
-SNAPSHOT_UPDATE = "pytest --snapshot-update"
+__all__ = ["Comparison", "describe", "fix_command", "headline", "render", "statistics", "summary_line", "window"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The result of `compare()`: truthy when the behaviour holds; `str()` explains it (see `render`)."""
+
+    verdict: Verdict
+    tolerances: Tolerances
+    divergences: tuple[Divergence, ...] = ()
+    stale_reasons: tuple[str, ...] = ()
+    environment_diff: tuple[tuple[str, JSONScalar, JSONScalar], ...] = ()
+    stats: ErrorStats = field(default_factory=ErrorStats)
+    expected: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
+    actual: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
+    prompt_verdicts: tuple[Verdict | None, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.verdict.ok
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict.ok
+
+    @property
+    def first(self) -> Divergence | None:
+        """The first divergence overall (lowest prompt index), tolerated or not."""
+        return self.divergences[0] if self.divergences else None
+
+    @property
+    def regressions(self) -> tuple[Divergence, ...]:
+        return tuple(d for d in self.divergences if not d.tolerated)
+
+    def __str__(self) -> str:
+        return render(self)
+
 
 _MAX_TOPK_SHOWN = 5
 _MAX_OTHERS = 5
-_SIMPLE_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-# ---------------------------------------------------------------------------------------------------- text helpers
-
-
-def _escape_char(c: str) -> str:
-    if c in _SIMPLE_ESCAPES:
-        return _SIMPLE_ESCAPES[c]
-    code = ord(c)
-    if 0xDC80 <= code <= 0xDCFF:  # a byte of an incomplete UTF-8 sequence (surrogateescape)
-        return f"\\x{code - 0xDC00:02x}"
-    if c.isprintable():
-        return c
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    if code < 0x10000:
-        return f"\\u{code:04x}"
-    return f"\\U{code:08x}"
-
-
-def display_width(text: str) -> int:
-    """Terminal columns `text` takes: wide (East Asian, emoji) characters count 2, combining marks 0."""
-    width = 0
-    for c in text:
-        if unicodedata.combining(c):
-            continue
-        width += 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
-    return width
-
-
-def quote(text: str, limit: int | None = None) -> str:
-    """`text` in single quotes with whitespace, control characters and raw bytes escaped.
-
-    With `limit`, the escaped content is cut to about `limit` columns and ``...`` follows the closing quote.
-    """
-    parts = [_escape_char(c) for c in text]
-    if limit is not None and display_width("".join(parts)) > limit:
-        kept: list[str] = []
-        width = 0
-        for part in parts:
-            w = display_width(part)
-            if width + w > max(limit - 3, 1):
-                break
-            kept.append(part)
-            width += w
-        return "'" + "".join(kept) + "'..."
-    return "'" + "".join(parts) + "'"
-
-
-def _pad(text: str, width: int) -> str:
-    return text + " " * max(width - display_width(text), 0)
-
-
-def number(value: float | None, digits: int = 4) -> str:
-    """A float for humans: `digits` significant digits, nan/inf spelled out, None as '?'."""
-    if value is None:
-        return "?"
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return f"{value:.{digits}g}"
 
 
 def _prompt_label(div: Divergence) -> str:
@@ -177,11 +149,9 @@ def describe(cmp: Comparison, div: Divergence) -> str:
 
 
 def fix_command(cmp: Comparison, fix: str | None = None) -> str | None:
-    """What to run if the change is intended (None when nothing needs fixing)."""
-    if cmp.verdict is Verdict.STALE:
-        return fix or UPDATE_STALE
-    if cmp.verdict is Verdict.REGRESSION:
-        return fix or SNAPSHOT_UPDATE
+    """What to run if the change is intended (None when nothing needs fixing): `fix`, else the plain command."""
+    if not cmp.verdict.ok:
+        return fix or rerecord_command(cmp.verdict)
     return None
 
 
@@ -192,7 +162,7 @@ def summary_line(cmp: Comparison, *, fix: str | None = None) -> str:
         return f"stale: {'; '.join(cmp.stale_reasons)}; if intended, re-record with: {fix_command(cmp, fix)}"
     if verdict is Verdict.IDENTICAL:
         steps = _steps_compared(cmp)
-        return f"identical ({_plural(len(cmp.expected.prompts), 'prompt')}, {_plural(steps, 'step')}, bitwise)"
+        return f"identical ({plural(len(cmp.expected.prompts), 'prompt')}, {plural(steps, 'step')}, bitwise)"
     if verdict is Verdict.WITHIN_TOLERANCE:
         st = cmp.stats
         if st.worst is None:
@@ -204,12 +174,8 @@ def summary_line(cmp: Comparison, *, fix: str | None = None) -> str:
     text = f"{verdict}: {describe(cmp, div)}"
     others = len(cmp.regressions) - (0 if div.tolerated else 1)
     if verdict is Verdict.REGRESSION and others > 0:
-        text += f" (+{_plural(others, 'more prompt')} regressed)"
+        text += f" (+{plural(others, 'more prompt')} regressed)"
     return text
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _steps_compared(cmp: Comparison) -> int:
@@ -247,7 +213,7 @@ def _row(mark: str, step: str, side: str, p: PromptTrace, s: int, vocab: dict[in
         token, margin, topk = quote(st.token, 14), number(st.margin, 3), _topk_text(st.top_ids, st.top_logprobs, vocab)
     else:
         token, margin, topk = f"(end: {p.finish_reason})", "", ""
-    return f"{mark:<2} {step:>5}  {side:<8}  {_pad(token, 18)}  {margin:>7}  {topk}".rstrip()
+    return f"{mark:<2} {step:>5}  {side:<8}  {pad(token, 18)}  {margin:>7}  {topk}".rstrip()
 
 
 def window(cmp: Comparison, div: Divergence, radius: int = 2) -> list[str]:
@@ -261,7 +227,7 @@ def window(cmp: Comparison, div: Divergence, radius: int = 2) -> list[str]:
         return [f"prompt {div.prompt_index}: no generated steps on either side"]
     vocab = _vocabulary(cmp.expected, cmp.actual)
     lines = [f"prompt {div.prompt_index} {quote(div.prompt, 60)}, steps around the divergence:"]
-    lines.append(f"{'':<2} {'step':>5}  {'side':<8}  {_pad('token', 18)}  {'margin':>7}  top-k (token:logprob)")
+    lines.append(f"{'':<2} {'step':>5}  {'side':<8}  {pad('token', 18)}  {'margin':>7}  top-k (token:logprob)")
     for s in range(max(div.step - radius, 0), min(div.step + radius + 1, last)):
         mark = ">>" if s == div.step else ""
         lines.append(_row(mark, str(s), "expected", e, s, vocab))
@@ -345,7 +311,7 @@ def environment_line(cmp: Comparison) -> str | None:
 
 def _bare(value: object) -> str:
     """A value unquoted, with what a terminal would not show escaped; '?' for an unknown one."""
-    return "?" if value is None else "".join(_escape_char(c) for c in str(value))
+    return "?" if value is None else "".join(escape_char(c) for c in str(value))
 
 
 def render(cmp: Comparison, *, fix: str | None = None) -> str:

@@ -1,0 +1,167 @@
+"""What a snapshot or a trace file holds, a *document*: a `GenerationTrace` or a recorder history. Reading and writing
+either from its text, and the one comparison of two documents (`compare_documents`), with the rule for histories:
+checkpoint by checkpoint under the training tolerance. The snapshot fixture, the syrupy extension and `genguard
+diff` all judge through it. Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_genguard.core.compare import compare
+from pytest_genguard.core.comparison import Comparison, render
+from pytest_genguard.core.history import Checkpoint, RecorderHistory, history_from_json, history_to_json
+from pytest_genguard.core.text import number
+from pytest_genguard.core.tolerances import TRAINING, TRAINING_LOSS, Overrides, Tolerances
+from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
+from pytest_genguard.core.verdict import Rerecord, Status, Verdict, worst
+
+__all__ = [
+    "Document",
+    "Outcome",
+    "compare_documents",
+    "dump_document",
+    "history_of",
+    "parse_document",
+    "training_tolerances",
+]
+
+Document = GenerationTrace | RecorderHistory
+
+_ACCEPTS = (
+    "genguard_snapshot compares a GenerationTrace (from pytest_genguard.record()) or a GenerationRecorder history "
+    "(recorder.history); use syrupy's plain `snapshot` fixture for other data"
+)
+
+
+def history_of(value: Any) -> RecorderHistory | None:
+    """The checkpoints of a recorder history: a `GenerationRecorder` (its `.history`) or a list of `Checkpoint`s;
+    None for anything else. (The recorder is told by what it holds: it lives in `pytest_genguard.hf`.)"""
+    history = getattr(value, "history", value)
+    if isinstance(history, list) and all(isinstance(c, Checkpoint) for c in history):
+        return history if isinstance(history, RecorderHistory) else RecorderHistory(history)
+    return None
+
+
+def dump_document(value: Any) -> str:
+    """The text of a trace or a recorder history; TypeError (saying what is accepted) for anything else."""
+    if isinstance(value, GenerationTrace):
+        return value.to_json()
+    history = history_of(value)
+    if history is not None:
+        return history_to_json(history)
+    raise TypeError(f"{_ACCEPTS}; got {type(value).__name__}")
+
+
+def parse_document(text: str, source: str) -> Document:
+    """A `GenerationTrace` or a `RecorderHistory` from its text; TraceFormatError naming `source` if it is bad."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes that are not UTF-8 were read as lone surrogates
+        raise TraceFormatError(
+            f"{source}: not UTF-8 text (invalid byte at offset {exc.start}); the file is corrupt: restore it from "
+            "version control or re-record it (pytest --snapshot-update)."
+        ) from None
+    if '"genguard_history"' in text[:200]:
+        return history_from_json(text, source=source)
+    return GenerationTrace.from_json(text, source=source)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One comparison of received data with a stored document: the verdict and the text that explains it.
+
+    `verdict` is a `Verdict`, or `Status.INVALID` when the stored text cannot be read.
+    """
+
+    verdict: Verdict | Status
+    detail: str
+    comparison: Comparison | None = None
+
+    @property
+    def ok(self) -> bool:
+        return isinstance(self.verdict, Verdict) and self.verdict.ok
+
+    @property
+    def summary(self) -> str:
+        return self.detail.splitlines()[0] if self.detail else str(self.verdict)
+
+
+def compare_documents(
+    received: str,
+    stored: str,
+    *,
+    overrides: Overrides = Overrides(),
+    history_overrides: Overrides | None = None,
+    source: str = "snapshot",
+    rerecord: Rerecord = Rerecord(),
+) -> Outcome:
+    """Compare received text with stored text under the tolerant rule (traces: `compare()` with `overrides` on the
+    dtype defaults; histories: the training tolerance with `history_overrides` on top, `overrides` when None: the
+    ini tolerances are about decoding). `rerecord` makes the fix commands of the explanation."""
+    try:
+        expected = parse_document(stored, source)
+    except TraceFormatError as exc:
+        return Outcome(
+            Status.INVALID,
+            f"{exc}\nThis test fails until the file is fixed (it was left unchanged); to re-record only this "
+            f"snapshot: {rerecord.command(Status.INVALID)}",
+        )
+    actual = parse_document(received, "received data")
+    if isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace):
+        cmp = compare(expected, actual, **overrides.args())
+        return Outcome(cmp.verdict, render(cmp, fix=rerecord.command(cmp.verdict)), cmp)
+    if isinstance(expected, RecorderHistory) and isinstance(actual, RecorderHistory):
+        training = overrides if history_overrides is None else history_overrides
+        return _compare_histories(expected, actual, training, rerecord)
+    kinds = {True: "a GenerationTrace", False: "a recorder history"}
+    detail = (
+        f"stale: {source} holds {kinds[isinstance(expected, GenerationTrace)]} but the test now compares "
+        f"{kinds[isinstance(actual, GenerationTrace)]}; if intended, re-record with: "
+        f"{rerecord.command(Verdict.STALE)}"
+    )
+    return Outcome(Verdict.STALE, detail)
+
+
+def training_tolerances(overrides: Overrides) -> Tolerances:
+    """The tolerances a recorder history is compared with: `TRAINING`, with the test's overrides on top."""
+    return overrides.on(TRAINING)
+
+
+def _describe_training(tolerances: Tolerances) -> str:
+    return f"training tolerance: logprobs {tolerances}; loss atol {TRAINING_LOSS.atol:g}, rtol {TRAINING_LOSS.rtol:g}"
+
+
+def _compare_histories(
+    expected: Sequence[Checkpoint], actual: Sequence[Checkpoint], overrides: Overrides, rerecord: Rerecord
+) -> Outcome:
+    """Checkpoint by checkpoint under the training tolerance (training on another CPU amplifies rounding; see
+    `tolerances.TRAINING`): the schedule (step, event) must match (else stale), each trace via compare()."""
+    schedule_e = [(c.step, c.event) for c in expected]
+    schedule_a = [(c.step, c.event) for c in actual]
+    if schedule_e != schedule_a:
+        detail = (
+            f"stale: the recorder's checkpoints changed: {schedule_e} -> {schedule_a} (step, event); if intended, "
+            f"re-record with: {rerecord.command(Verdict.STALE)}"
+        )
+        return Outcome(Verdict.STALE, detail)
+    tolerances = training_tolerances(overrides)
+    comparisons = [compare(e.trace, a.trace, tolerances=tolerances) for e, a in zip(expected, actual, strict=True)]
+    loss_notes = [
+        f"checkpoint {i} (step {e.step}): loss {number(e.loss, 6)} -> {number(a.loss, 6)}"
+        for i, (e, a) in enumerate(zip(expected, actual, strict=True))
+        if e.loss is not None and a.loss is not None and not TRAINING_LOSS.close(e.loss, a.loss)
+    ]
+    if not comparisons:
+        return Outcome(Verdict.IDENTICAL, "identical (no checkpoints)")
+    found = worst(c.verdict for c in comparisons)
+    index = next(i for i, c in enumerate(comparisons) if c.verdict is found)  # the first of the worst
+    cmp = comparisons[index]
+    verdict = worst([found, Verdict.REGRESSION]) if loss_notes else found
+    where = f"checkpoint {index} (step {expected[index].step}, {expected[index].event})"
+    head = f"{verdict.value}: {len(expected)} checkpoints, worst at {where} ({_describe_training(tolerances)})"
+    lines = [head, *(["training loss beyond tolerance: " + "; ".join(loss_notes)] if loss_notes else [])]
+    lines += ["", f"{where}:", render(cmp, fix=rerecord.command(verdict))]
+    return Outcome(verdict, "\n".join(lines), cmp)

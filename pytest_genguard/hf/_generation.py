@@ -1,0 +1,386 @@
+"""The generation helpers `record()`, `generate_from_ids`, teacher forcing and the invariants share (private to
+`pytest_genguard.hf`): a copy of the generation config with the call's settings and their normalized trace form,
+exact token texts, the inference and RNG contexts, and turning `generate()`'s output into trace steps.
+
+torch and transformers are imported inside the functions that use them, so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import inspect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.trace import PromptTrace, Step
+from pytest_genguard.hf import inputs as checks
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = [
+    "SETTING_KEYS",
+    "Prepared",
+    "alternative_texts",
+    "collect_steps",
+    "decoding",
+    "eos_ids",
+    "float_setting",
+    "inference",
+    "int_setting",
+    "path_lengths",
+    "prepare",
+    "processor_names",
+    "prompt_texts",
+    "prompt_trace",
+    "seeded",
+    "token_texts",
+]
+
+# Generation settings that change what is generated; stored in every trace so a changed test is told from a change
+# of the model.
+SETTING_KEYS: tuple[str, ...] = (
+    "max_new_tokens",
+    "min_new_tokens",
+    "do_sample",
+    "num_beams",
+    "temperature",
+    "top_k",
+    "top_p",
+    "typical_p",
+    "min_p",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "length_penalty",
+    "early_stopping",
+    "use_cache",
+)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A generation config for one call, the model kwargs it leaves, and the settings a trace stores."""
+
+    config: GenerationConfig
+    model_kwargs: dict[str, Any]
+    settings: dict[str, JSONScalar]
+
+
+@functools.cache
+def _byte_decoder() -> dict[str, int]:
+    """The byte-level alphabet back to byte values; built once (it cost about as much as the rest of _token_texts)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {v: k for k, v in bytes_to_unicode().items()}
+
+
+def token_texts(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> dict[int, str]:
+    """Each id's exact text: byte-level tokens as their bytes (surrogate-escaped), others via decode()."""
+    decoder = _byte_decoder()
+    unique = sorted(set(ids))
+    pieces = tokenizer.convert_ids_to_tokens(unique)
+    specials = set(tokenizer.all_special_ids)
+    out: dict[int, str] = {}
+    for token_id, piece in zip(unique, pieces, strict=False):
+        if piece is not None and token_id not in specials and all(ch in decoder for ch in piece):
+            out[token_id] = bytes(decoder[ch] for ch in piece).decode("utf-8", "surrogateescape")
+        else:
+            out[token_id] = tokenizer.decode([token_id])
+    return out
+
+
+def prepare(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, max_new_tokens: int, generate_kwargs: dict[str, Any]
+) -> Prepared:
+    """A copy of the generation config with the call's settings; the model's own config is never mutated."""
+    base = generate_kwargs.pop("generation_config", None) or model.generation_config
+    config = copy.deepcopy(base)
+    model_kwargs = config.update(**generate_kwargs)
+    config.max_new_tokens = max_new_tokens
+    config.return_dict_in_generate = True
+    config.output_scores = True
+    config.output_logits = True
+    if config.pad_token_id is None:
+        config.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if config.eos_token_id is None:
+        config.eos_token_id = tokenizer.eos_token_id
+    if getattr(config, "num_return_sequences", 1) not in (None, 1):
+        raise ValueError(
+            "record(): num_return_sequences must be 1 (one recorded path per prompt); record each sequence "
+            "with its own seed instead."
+        )
+    checks.check_generation_config(config)
+    settings = _settings(config)
+    settings["max_new_tokens"] = max_new_tokens
+    settings["mode"] = _mode(config)
+    custom = processor_names(model_kwargs.get("logits_processor"))
+    if custom is not None:  # stored only when given: traces without custom processors read as before
+        settings["logits_processor"] = custom
+    # EOS ids let assert_well_formed() check a stored trace's endings; several ids are kept as "2,7" (a scalar).
+    eos = sorted(eos_ids(config))
+    settings["eos_token_id"] = eos[0] if len(eos) == 1 else (",".join(map(str, eos)) or None)
+    return Prepared(config=config, model_kwargs=dict(model_kwargs), settings=settings)
+
+
+def processor_names(processors: Any) -> str | None:
+    """The class names of custom logits processors (a `logits_processor=` argument), in the order they run, as one
+    scalar ``"BanToken,Boost"``; None when there are none.
+
+    A trace stores it as ``settings["logits_processor"]``: it tells readers (`assert_well_formed`) that the chosen
+    tokens follow processed scores no recorded setting explains, makes a changed list of processors a settings change
+    (the snapshot is stale), and lets `verify()` ask for the same processors. Only names are stored: a processor's
+    parameters are the test's business, and a class renamed is a changed test.
+    """
+    if processors is None:
+        return None
+    items = list(processors) if isinstance(processors, (list, tuple)) else [processors]
+    names = [p.__name__ if inspect.isroutine(p) else type(p).__name__ for p in items]
+    return ",".join(names) if names else None
+
+
+# Values that leave decoding as it is, and settings that act in one mode only: stored as None, so a trace reads the
+# same whether a transformers version spells "unset" as None (5.x) or as the neutral default (4.5x fills them in).
+_NEUTRAL: dict[str, JSONScalar] = {
+    "do_sample": False,
+    "num_beams": 1,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "typical_p": 1.0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "min_new_tokens": 0,
+    "length_penalty": 1.0,
+    "early_stopping": False,
+    "use_cache": True,
+}
+_SAMPLING_ONLY = frozenset({"temperature", "top_k", "top_p", "typical_p", "min_p"})
+_BEAM_ONLY = frozenset({"length_penalty", "early_stopping"})
+
+
+def _settings(config: GenerationConfig) -> dict[str, JSONScalar]:
+    """The decoding settings that change what is generated, normalized across transformers versions."""
+    mode = _mode(config)
+    settings: dict[str, JSONScalar] = {}
+    for key in SETTING_KEYS:
+        value = getattr(config, key, None)
+        if not (isinstance(value, (bool, int, float, str)) or value is None):
+            continue
+        inactive = (key in _SAMPLING_ONLY and not getattr(config, "do_sample", False)) or (
+            key in _BEAM_ONLY and mode != "beam"
+        )
+        neutral = key in _NEUTRAL and value == _NEUTRAL[key] and type(value) is type(_NEUTRAL[key])
+        settings[key] = None if inactive or neutral else value
+    return settings
+
+
+def _mode(config: GenerationConfig) -> str:
+    if (getattr(config, "num_beams", 1) or 1) > 1:
+        return "beam"
+    return "sample" if getattr(config, "do_sample", False) else "greedy"
+
+
+@contextlib.contextmanager
+def inference(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None = None, padding_side: str | None = None
+) -> Iterator[None]:
+    """Eval mode and no_grad (and, with `tokenizer`, its padding side) for the block; everything restored afterwards."""
+    import torch
+
+    was_training = model.training
+    # Switching modes walks every module twice: skip it when nothing is in training mode (the usual case here).
+    switch = was_training or any(module.training for module in model.modules())
+    old_side = tokenizer.padding_side if tokenizer is not None else None
+    if switch:
+        model.eval()
+    if tokenizer is not None and padding_side is not None:
+        tokenizer.padding_side = padding_side
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        if tokenizer is not None:
+            tokenizer.padding_side = old_side
+        if switch:
+            model.train(was_training)
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
+    """Seed torch for the block without disturbing the caller's RNG streams (a no-op for seed=None)."""
+    import torch
+
+    if seed is None:
+        yield
+        return
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        yield
+
+
+def eos_ids(config: GenerationConfig) -> set[int]:
+    """The EOS ids of a generation config."""
+    eos = config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(e) for e in eos} if isinstance(eos, (list, tuple)) else {int(eos)}
+
+
+def alternative_texts(prompts: Sequence[PromptTrace], texts: dict[int, str]) -> dict[int, str]:
+    """The texts of the top-k ids no step chose, so a reader of the trace can name every alternative."""
+    chosen = {s.token_id for p in prompts for s in p.steps}
+    shown = {i for p in prompts for s in p.steps for i in s.top_ids} - chosen
+    return {i: texts[i] for i in sorted(shown) if i in texts}
+
+
+# Steps are processed as (steps, batch, vocab) blocks: a handful of tensor operations per block instead of eight per
+# step (their fixed cost dominated record() for small models), in chunks so memory stays bounded for large vocabularies.
+_CHUNK_ELEMENTS = 1 << 24
+_FIELDS = ("chosen_logprob", "score", "best", "top_vals", "top_ids")
+
+
+def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]:
+    """Per step, for each prompt's returned path: chosen raw logprob, processed score, best score and raw top-k."""
+    import torch
+
+    logits: tuple[torch.Tensor, ...] = out.logits
+    scores: tuple[torch.Tensor, ...] = out.scores
+    n_steps = len(logits)
+    if n_steps == 0:
+        return []
+    seq, beam_rows = _step_layout(out, n_steps)
+    vocab = logits[0].shape[-1]
+    k = min(top_k, vocab)
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, batch_size * vocab))
+    parts: dict[str, list[torch.Tensor]] = {key: [] for key in _FIELDS}
+    for first in range(0, n_steps, chunk):
+        span = range(first, min(n_steps, first + chunk))
+        if beam_rows is not None:
+            rows = [beam_rows[:, t] for t in span]
+            raw_logits = torch.stack([logits[t][r] for t, r in zip(span, rows, strict=True)])
+            processed = torch.stack([scores[t][r] for t, r in zip(span, rows, strict=True)]).float()
+        else:
+            raw_logits = torch.stack([logits[t][:batch_size] for t in span])
+            processed = torch.stack([scores[t][:batch_size] for t in span]).float()
+        raw = torch.log_softmax(raw_logits.float(), dim=-1)
+        chosen = seq[:, span.start : span.stop].T[:, :, None]
+        top_vals, top_ids = raw.topk(k, dim=-1)
+        parts["chosen_logprob"].append(raw.gather(2, chosen).squeeze(2))
+        parts["score"].append(processed.gather(2, chosen).squeeze(2))
+        parts["best"].append(processed.max(dim=-1).values)
+        parts["top_vals"].append(top_vals)
+        parts["top_ids"].append(top_ids)
+    # One device->host transfer per field, not per step.
+    lists = {key: torch.cat(values).cpu().tolist() for key, values in parts.items()}
+    steps: list[dict[str, Any]] = [{key: lists[key][t] for key in _FIELDS} for t in range(n_steps)]
+    for s in steps:
+        s["top_ids_flat"] = [i for row in s["top_ids"] for i in row]
+    return steps
+
+
+def _step_layout(out: Any, n_steps: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each returned path's token at step t ([batch, n_steps]) and, for beam search, the row of ``scores[t]`` and
+    ``logits[t]`` (``batch * num_beams`` rows) its step t came from.
+
+    Without beams, ``sequences`` holds prompt + one column per step. With beams, ``generate()`` ran `n_steps` steps
+    but returns each prompt's best finished hypothesis: ``beam_indices`` has one column per step of the *longest*
+    returned hypothesis (``-1`` after a shorter one ended) and ``sequences`` ends with as many columns, fewer than
+    `n_steps` whenever every returned hypothesis finished before the beams still running did. Columns past a path's
+    end are filled with 0 (token and row): they are computed but never read (`path_lengths` cuts each path).
+    """
+    import torch
+
+    beam_indices = getattr(out, "beam_indices", None)
+    if beam_indices is None:
+        return out.sequences[:, out.sequences.shape[1] - n_steps :], None
+    width = min(beam_indices.shape[1], n_steps)
+    seq = out.sequences[:, out.sequences.shape[1] - width :]
+    rows = beam_indices[:, :width].long().clamp(min=0)
+    if width < n_steps:
+        pad = torch.zeros((seq.shape[0], n_steps - width), dtype=torch.long, device=seq.device)
+        seq = torch.cat([seq, pad.to(seq.dtype)], dim=1)
+        rows = torch.cat([rows, pad.to(rows.device)], dim=1)
+    return seq, rows
+
+
+def path_lengths(out: Any) -> list[int] | None:
+    """For beam search, how many steps each returned hypothesis has (its ``beam_indices`` entries that are not -1);
+    None otherwise (every path then runs until EOS, a stopping criterion or max_new_tokens)."""
+    beam_indices = getattr(out, "beam_indices", None)
+    if beam_indices is None:
+        return None
+    return [int(n) for n in (beam_indices >= 0).sum(dim=1).tolist()]
+
+
+def prompt_trace(
+    prompt: str,
+    prompt_ids: tuple[int, ...],
+    generated: list[int],
+    steps: list[dict[str, Any]],
+    b: int,
+    texts: dict[int, str],
+    eos: set[int],
+    max_new_tokens: int,
+    tokenizer: PreTrainedTokenizerBase,
+    pad_id: int | None = None,
+) -> PromptTrace:
+    path: list[Step] = []
+    finish = "length"
+    # The values come from float32 tensors (see collect_steps), so each is a float32 already: no float32() rounding.
+    for t, token_id in enumerate(generated[: len(steps)]):
+        s = steps[t]
+        path.append(
+            Step(
+                token_id=int(token_id),
+                token=texts[int(token_id)],
+                logprob=s["chosen_logprob"][b],
+                score=s["score"][b],
+                top_ids=tuple(s["top_ids"][b]),
+                top_logprobs=tuple(s["top_vals"][b]),
+                best_score=s["best"][b],
+            )
+        )
+        if int(token_id) in eos:
+            finish = "eos"
+            break
+        if pad_id is not None and pad_id not in eos and all(i == pad_id for i in generated[t:]):
+            path.pop()  # padding after a stopping criterion ended this sequence while others ran on
+            break
+    if finish != "eos" and len(path) < max_new_tokens:
+        finish = "stop"  # ended early without EOS: a stopping criterion (stop_strings, max_time) ended it
+    ids = [st.token_id for st in path if st.token_id not in eos]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    return PromptTrace(prompt=prompt, prompt_ids=prompt_ids, steps=tuple(path), finish_reason=finish, text=text)
+
+
+def int_setting(value: JSONScalar, default: int) -> int:
+    """A stored setting as an int (`default` when unset or not a number)."""
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def float_setting(value: JSONScalar, default: float) -> float:
+    """A stored setting as a float (`default` when unset or not a number)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def decoding(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, generate_kwargs: dict[str, Any]
+) -> tuple[str, bool]:
+    """("greedy" | "sample" | "beam", whether it samples) for these generate kwargs on this model (beam search may
+    sample too)."""
+    prepared = prepare(model, tokenizer, 1, dict(generate_kwargs))
+    return str(prepared.settings["mode"]), bool(prepared.config.do_sample)
+
+
+def prompt_texts(prompts: str | Sequence[str], name: str) -> list[str]:
+    """An invariant's prompts as a list; ValueError naming the invariant for anything else."""
+    plist = [prompts] if isinstance(prompts, str) else list(prompts)
+    if not plist or not all(isinstance(p, str) for p in plist):
+        raise ValueError(f"{name}: prompts must be a non-empty string or list of strings, got {prompts!r}")
+    return plist

@@ -1,0 +1,338 @@
+"""Where a `genguard_snapshot` assertion reads what it compares with and writes what it records: the *stores*.
+
+- `SharedStore`: the snapshot in ``__snapshots__/<test module>/<name>.genguard``, read and written through syrupy
+  (which also counts the assertion and deletes unused files on ``--snapshot-update``).
+- `BaselineStore` (``--genguard-baselines per-env``): a trace is compared with the baseline of its environment class
+  (``cpu-float32``, ``cuda-sm90-bfloat16``), kept in ``<test dir>/__genguard_baselines__/<class>/<test
+  module>/<name>.genguard``, outside ``__snapshots__`` because syrupy deletes the files there that no assertion
+  claims. When the class has no baseline yet, the nearest one is used (`pick_baseline`: same device type and dtype
+  with the nearest GPU capability, then the same dtype), else the shared snapshot; writes go only to this class's
+  own baseline, never to the fallback. Each file belongs to one test, which pytest-xdist runs in one worker, so an
+  atomic write suffices, with no lock. syrupy keeps tracking the shared snapshot read-only, so a shared file stays
+  "used": it counts the assertion as passed or failed, never as written.
+
+The fixture (`snapshot_fixture.GenguardSnapshot`) decides, through one path for both, whether to write.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pytest
+from syrupy.exceptions import SnapshotDoesNotExist
+
+from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.verdict import Status
+from pytest_genguard.plugin import keep
+from pytest_genguard.plugin.snapshot import GenguardSnapshotExtension
+
+if TYPE_CHECKING:
+    from syrupy.assertion import AssertionResult, SnapshotAssertion
+
+__all__ = [
+    "BASELINES_DIR",
+    "Baseline",
+    "BaselineStore",
+    "SharedStore",
+    "Store",
+    "Syrupy",
+    "Written",
+    "available_baselines",
+    "per_env_location",
+    "pick_baseline",
+    "resolve_baseline",
+]
+
+BASELINES_DIR = "__genguard_baselines__"
+"""Per-environment baselines live beside ``__snapshots__``, not in it: syrupy treats every file under a snapshot
+directory that no extension of the run claims as an unused snapshot and deletes it on ``--snapshot-update``."""
+
+# ------------------------------------------------------------------------------------------------------ locations
+
+_CLASS_RE = re.compile(r"^(?P<device>[a-z][a-z0-9_]*)(?:-sm(?P<sm>[0-9]+))?-(?P<dtype>[a-z][a-z0-9]*)$")
+
+
+def _parse_class(name: str) -> tuple[str, int | None, str] | None:
+    match = _CLASS_RE.match(name)
+    if match is None:
+        return None
+    sm = match.group("sm")
+    return match.group("device"), int(sm) if sm else None, match.group("dtype")
+
+
+def pick_baseline(env_class: str, available: Iterable[str]) -> str | None:
+    """The baseline to compare an `env_class` trace with, from the environment classes that have one; None = shared.
+
+    Nearest first: the same class; else the same device type and dtype (on CUDA the nearest compute capability,
+    the higher one on a tie); else the same dtype on any device (alphabetical); else None, the shared snapshot.
+    Names that are not environment classes are ignored.
+    """
+    own = _parse_class(env_class)
+    if own is None:
+        raise ValueError(f"pick_baseline: {env_class!r} is not an environment class (e.g. 'cpu-float32')")
+    parsed = {name: p for name in set(available) if (p := _parse_class(name)) is not None}
+    if env_class in parsed:
+        return env_class
+    device, sm, dtype = own
+    same_device = [n for n, (d, s, t) in parsed.items() if d == device and t == dtype]
+    if same_device:
+        return min(same_device, key=lambda n: (abs((parsed[n][1] or 0) - (sm or 0)), -(parsed[n][1] or 0), n))
+    same_dtype = sorted(n for n, (_, _, t) in parsed.items() if t == dtype)
+    return same_dtype[0] if same_dtype else None
+
+
+def per_env_location(location: str | os.PathLike[str], env_class: str) -> Path:
+    """Where the `env_class` baseline of the shared snapshot file `location` lives.
+
+    ``tests/__snapshots__/test_gen/test_x.genguard`` ->
+    ``tests/__genguard_baselines__/cuda-sm90-bfloat16/test_gen/test_x.genguard``.
+    """
+    if _parse_class(env_class) is None:
+        raise ValueError(f"per_env_location: {env_class!r} is not an environment class (e.g. 'cpu-float32')")
+    path = Path(location)
+    snapshots = path.parent.parent
+    return snapshots.parent / BASELINES_DIR / env_class / path.parent.name / path.name
+
+
+def available_baselines(location: str | os.PathLike[str]) -> list[str]:
+    """The environment classes that have a baseline for the shared snapshot file `location` (sorted)."""
+    path = Path(location)
+    root = path.parent.parent.parent / BASELINES_DIR
+    if not root.is_dir():
+        return []
+    return sorted(
+        d.name
+        for d in root.iterdir()
+        if d.is_dir() and _parse_class(d.name) and (d / path.parent.name / path.name).is_file()
+    )
+
+
+def resolve_baseline(location: str | os.PathLike[str], env_class: str) -> tuple[Path, str | None]:
+    """The file to compare an `env_class` trace with, and the class it belongs to (None: the shared snapshot)."""
+    chosen = pick_baseline(env_class, available_baselines(location))
+    return (per_env_location(location, chosen), chosen) if chosen else (Path(location), None)
+
+
+# ------------------------------------------------------------------------------------------------------ syrupy
+
+
+class Syrupy:
+    """The test's syrupy assertion with the genguard extension: what it reads, and running it so that syrupy
+    records the assertion (used, created, updated, failed) and writes only when told to."""
+
+    def __init__(self, snapshot: SnapshotAssertion, config: pytest.Config) -> None:
+        self.assertion = snapshot.with_defaults(extension_class=GenguardSnapshotExtension)
+        self.config = config
+
+    @property
+    def extension(self) -> GenguardSnapshotExtension:
+        ext = self.assertion.extension
+        if not isinstance(ext, GenguardSnapshotExtension):  # with_defaults() made it: never another class
+            raise TypeError(f"genguard_snapshot: unexpected syrupy extension {type(ext).__name__}")
+        return ext
+
+    @property
+    def name(self) -> str:
+        """The snapshot name the next assertion uses (``test_x``, ``test_x.1``, ``test_x[name]``)."""
+        a = self.assertion
+        return str(self.extension.get_snapshot_name(test_location=a.test_location, index=a.index))
+
+    @property
+    def location(self) -> Path:
+        """The shared snapshot file of the next assertion."""
+        a = self.assertion
+        return Path(self.extension.get_location(test_location=a.test_location, index=a.index))
+
+    def stored_text(self) -> str | None:
+        """The stored text of the next assertion's shared snapshot (None when it does not exist; OSError when it
+        cannot be read)."""
+        a = self.assertion
+        try:
+            data = a.session.recall_snapshot(self.extension, a.test_location, a.index)
+        except SnapshotDoesNotExist:
+            return None
+        return None if data is None else str(data)
+
+    def run(
+        self, data: Any, *, update: bool, forced: bool | None = None, read_from: Path | None = None
+    ) -> AssertionResult:
+        """Run syrupy's assertion (it writes when `update` and the data does not match: `forced=False` makes sure);
+        `read_from` makes it read that file instead of the shared snapshot (per-env baselines)."""
+        a, ext = self.assertion, self.extension
+        saved = (a.update_snapshots, a.update_new_snapshots_only, ext.forced, ext.read_from)
+        a.update_snapshots, ext.forced, ext.read_from = update, forced, read_from
+        if forced is not None:
+            a.update_new_snapshots_only = False
+        try:
+            a.__eq__(data)
+        finally:
+            a.update_snapshots, a.update_new_snapshots_only, ext.forced, ext.read_from = saved
+        result = a.executions[a.num_executions - 1]
+        ledger = self.config.stash.get(keep.LEDGER_KEY, None)
+        if ledger is not None:  # this file was asserted: --snapshot-update's keeping does not apply (see keep.py)
+            ledger.asserted.add(str(result.snapshot_location))
+        return result
+
+
+# ------------------------------------------------------------------------------------------------------ stores
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a store wrote: created or updated, which file (relative to the rootdir), and the text that says so."""
+
+    status: Status
+    file: str
+    detail: str
+
+
+class Store(Protocol):
+    """Where one assertion reads and writes (see the module docstring)."""
+
+    source: str
+    """The file compared with, relative to the rootdir (for messages)."""
+
+    @property
+    def own_exists(self) -> bool:
+        """Whether the file writes go to exists (else a write creates it)."""
+
+    def read(self) -> str | None:
+        """The stored text compared with; None when there is none; OSError when it exists but cannot be read."""
+
+    def write(self, data: Any, text: str, was: str | None) -> Written:
+        """Write `text` (the serialized `data`); `was` is the old verdict (None: nothing was compared). Raises
+        OSError when the write fails (nothing half-written)."""
+
+    def count(self, data: Any, ok: bool) -> None:
+        """Let syrupy count the assertion as passed or failed, writing nothing."""
+
+    def annotate(self, lines: list[str]) -> list[str]:
+        """The explanation with what was compared with named (per-env: which baseline)."""
+
+    def fields(self) -> dict[str, Any]:
+        """The event fields of this store (per-env: environment class, baseline, baseline file)."""
+
+    def write_fields(self) -> dict[str, Any]:
+        """The event fields of a write."""
+
+
+class SharedStore:
+    """The shared snapshot, read and written by syrupy."""
+
+    def __init__(self, syrupy: Syrupy, source: str) -> None:
+        self.syrupy = syrupy
+        self.source = source
+        self._text: str | None = None
+        self._read = False
+
+    @property
+    def own_exists(self) -> bool:
+        return self.read() is not None
+
+    def read(self) -> str | None:
+        if not self._read:
+            self._text = self.syrupy.stored_text()
+            self._read = True
+        return self._text
+
+    def write(self, data: Any, text: str, was: str | None) -> Written:
+        result = self.syrupy.run(data, update=True, forced=False)
+        if result.exception is not None:
+            raise result.exception
+        if result.created:
+            return Written(Status.CREATED, self.source, f"created {self.source}")
+        return Written(Status.UPDATED, self.source, f"updated {self.source} (was: {was})")
+
+    def count(self, data: Any, ok: bool) -> None:
+        self.syrupy.run(data, update=False, forced=ok)
+
+    def annotate(self, lines: list[str]) -> list[str]:
+        return lines
+
+    def fields(self) -> dict[str, Any]:
+        return {}
+
+    def write_fields(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Per-env mode: what one assertion compares with and where it may write."""
+
+    env_class: str
+    """The environment class of the trace being asserted."""
+    own: Path
+    """This class's own baseline: the only file per-env mode writes."""
+    path: Path
+    """The file compared with: `own`, the nearest other class's baseline, or the shared snapshot."""
+    used: str | None
+    """The class of `path`; None: the shared snapshot."""
+    text: str | None
+    """The text of `path`; None when it does not exist (then `path` is the missing shared snapshot)."""
+    source: str
+    """`path` relative to the rootdir, for messages."""
+    own_source: str
+    """`own` relative to the rootdir, for messages."""
+
+    @property
+    def own_exists(self) -> bool:
+        return self.used == self.env_class
+
+    def describe(self) -> str:
+        """Which baseline was used, for messages: the class, or the fallback and why."""
+        if self.own_exists:
+            return f"the {self.env_class} baseline {self.source}"
+        fallback = f"the {self.used} baseline" if self.used else "the shared snapshot"
+        return f"{fallback} {self.source} (fallback: no {self.env_class} baseline yet)"
+
+
+class BaselineStore:
+    """The baseline of the trace's environment class (or its fallback), written with `atomic_write_text`."""
+
+    def __init__(self, syrupy: Syrupy, base: Baseline) -> None:
+        self.syrupy = syrupy
+        self.base = base
+        self.source = base.source
+
+    @property
+    def own_exists(self) -> bool:
+        return self.base.own_exists
+
+    def read(self) -> str | None:
+        return self.base.text
+
+    def write(self, data: Any, text: str, was: str | None) -> Written:
+        base = self.base
+        atomic_write_text(base.own, text)
+        self.syrupy.run(data, update=False, forced=True, read_from=base.own)
+        status = Status.UPDATED if base.own_exists else Status.CREATED
+        head = f"{status} {base.own_source} (the {base.env_class} baseline"
+        detail = f"{head})" if was is None else f"{head}; was: {was} against {base.describe()})"
+        return Written(status, base.own_source, detail)
+
+    def count(self, data: Any, ok: bool) -> None:
+        self.syrupy.run(data, update=False, forced=ok, read_from=self.base.path)
+
+    def annotate(self, lines: list[str]) -> list[str]:
+        """`lines` with a second line naming the baseline (pytest truncates long explanations from the end)."""
+        return [*lines[:1], f"compared with {self.base.describe()}", *lines[1:]]
+
+    def fields(self) -> dict[str, Any]:
+        base = self.base
+        used = base.used or ("shared fallback" if base.text is not None else None)
+        return {"per_env": True, "environment_class": base.env_class, "baseline": used, "baseline_file": base.source}
+
+    def write_fields(self) -> dict[str, Any]:
+        base = self.base
+        return {
+            "per_env": True,
+            "environment_class": base.env_class,
+            "baseline": base.env_class,
+            "baseline_file": base.own_source,
+        }
