@@ -18,20 +18,19 @@ Every assertion emits one ``snapshot`` event (`pytest_genguard.core.events.Check
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_genguard.core import events
 from pytest_genguard.core.compare import compare
-from pytest_genguard.core.comparison import Comparison, render
+from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import Outcome, dump_document, parse_document
 from pytest_genguard.core.environments import environment_class
 from pytest_genguard.core.events import CheckEvent
-from pytest_genguard.core.review import accepted_changes, nonfinite_message, nonfinite_values
-from pytest_genguard.core.trace import GenerationTrace, PromptTrace, TraceFormatError
+from pytest_genguard.core.review import nonfinite_message, nonfinite_values
+from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.plugin.settings import Settings, settings
 from pytest_genguard.plugin.snapshot import (
@@ -49,6 +48,7 @@ from pytest_genguard.plugin.stores import (
     per_env_location,
     resolve_baseline,
 )
+from pytest_genguard.plugin.subjects import Recording, Refused, Subject, Value, Verified
 
 if TYPE_CHECKING:
     from syrupy.assertion import SnapshotAssertion
@@ -69,42 +69,6 @@ def decide_write(outcome: Outcome | None, own_exists: bool, settings: Settings, 
     if own_exists:
         return not outcome.ok and (settings.snapshot_update or stale_update)
     return settings.snapshot_update or stale_update or (new_only and outcome.ok)
-
-
-class Refused(Exception):
-    """Data with NaN/inf without ``@pytest.mark.genguard(allow_nonfinite=True)``: neither recorded nor compared."""
-
-    def __init__(self, lines: list[str], counted: Any) -> None:
-        super().__init__("\n".join(lines))
-        self.lines = lines
-        self.counted = counted
-
-
-class Subject(Protocol):
-    """What one assertion checks against the store."""
-
-    @property
-    def via(self) -> str | None:
-        """How the check was made, for its event ("verify"; None for a plain assertion)."""
-
-    @property
-    def can_write(self) -> bool:
-        """Whether this subject can give what to write (verify() without prompts cannot)."""
-
-    def counted(self) -> Any:
-        """The data syrupy is given to count the assertion."""
-
-    def compare(self, stored: str, source: str) -> Outcome:
-        """The outcome against the stored text (may raise `Refused`)."""
-
-    def written(self) -> tuple[Any, str]:
-        """(data, text) to write (may raise `Refused`); only called when `can_write`."""
-
-    def explain(self, outcome: Outcome, stored: str) -> list[str]:
-        """The failure explanation."""
-
-    def changes(self, outcome: Outcome, data: Any) -> list[str]:
-        """What writing `data` over the snapshot that gave `outcome` accepted (for the summary)."""
 
 
 class GenguardSnapshot:
@@ -306,8 +270,9 @@ class GenguardSnapshot:
         received = dump_document(other)  # a TypeError saying what genguard_snapshot accepts
         index = self._syrupy.assertion.index
         self.last_name, self.last_source = self.name, self._relative(self.location)
-        subject = _Value(self, other, received)
-        refused = None if self.allow_nonfinite else self._nonfinite(other, "the trace")
+        diff_mode = str(getattr(self._config.option, "diff_mode", "detailed"))
+        subject = Value(self.extension, other, received, detailed_diff=diff_mode == "detailed")
+        refused = self.refusal(other, "the trace")
         if refused is not None:  # checked before anything is read: NaN would equal NaN ("identical")
             self.explanation = refused
             self._syrupy.run(other, update=False, forced=False)  # syrupy counts a failed assertion; nothing written
@@ -332,8 +297,10 @@ class GenguardSnapshot:
         if not self.__eq__(data):
             raise AssertionError("\n".join(self.explanation))
 
-    def _nonfinite(self, value: Any, what: str, source: str | None = None) -> list[str] | None:
-        """The refusal text for NaN/inf in `value` (None when it has none)."""
+    def refusal(self, value: Any, what: str, source: str | None = None) -> list[str] | None:
+        """The refusal text for NaN/inf in `value` (None when it has none, or the test opted in)."""
+        if self.allow_nonfinite:
+            return None
         count, where = nonfinite_values(value)
         if not count:
             return None
@@ -373,7 +340,7 @@ class GenguardSnapshot:
 
         if prompts is not None and max_new_tokens is None:
             raise TypeError("genguard_snapshot.verify(prompts=...): pass max_new_tokens= too, as for record()")
-        recording = _Recording(prompts, max_new_tokens, top_k, seed, generate_kwargs)
+        recording = Recording(prompts, max_new_tokens, top_k, seed, generate_kwargs)
         store = self._store(environment(model) if self.per_env else None)
         self.last_name = self.name
         missing = (store.read() is None) if not self.per_env else not store.own_exists
@@ -382,150 +349,12 @@ class GenguardSnapshot:
             trace = recording.record(record, model, tokenizer)  # re-recorded and checked as a value
             self.assert_match(trace)
             return self.last_comparison if self.last_comparison is not None else compare(trace, trace)
-        subject = _Verified(self, model, tokenizer, recording, record)
+        subject = Verified(model, tokenizer, recording, record, self.overrides, self.extension.rerecord, self.refusal)
         if not self._check(subject, store):
             raise AssertionError("\n".join(self.explanation))
         if subject.comparison is None:  # written (recorded for the first time): nothing was compared
             return compare(subject.counted(), subject.counted())
         return subject.comparison
-
-
-class _Value:
-    """``assert value == genguard_snapshot``: the value's own text is compared and written."""
-
-    def __init__(self, owner: GenguardSnapshot, value: Any, received: str) -> None:
-        self.owner, self.value, self.received = owner, value, received
-        self.via: str | None = None
-        self.can_write = True
-
-    def counted(self) -> Any:
-        return self.value
-
-    def compare(self, stored: str, source: str) -> Outcome:
-        return self.owner.extension.outcome(self.received, stored, source=source)
-
-    def written(self) -> tuple[Any, str]:
-        return self.value, self.received
-
-    def explain(self, outcome: Outcome, stored: str) -> list[str]:
-        lines = outcome.detail.splitlines()
-        diff_mode = str(getattr(self.owner._config.option, "diff_mode", "detailed"))
-        if outcome.verdict is not Status.INVALID and diff_mode == "detailed":
-            lines += ["", *self.owner.extension.json_diff(self.received, stored)]
-        return lines
-
-    def changes(self, outcome: Outcome, data: Any) -> list[str]:
-        return accepted_changes(outcome)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Recording:
-    """The record() arguments a verify() call was given (none: it cannot record)."""
-
-    prompts: str | list[str] | None
-    max_new_tokens: int | None
-    top_k: int
-    seed: int | None
-    generate_kwargs: dict[str, Any]
-
-    @property
-    def can_record(self) -> bool:
-        return self.prompts is not None
-
-    def record(self, record: Any, model: Any, tokenizer: Any) -> GenerationTrace:
-        trace: GenerationTrace = record(
-            model,
-            tokenizer,
-            self.prompts,
-            max_new_tokens=self.max_new_tokens,
-            top_k=self.top_k,
-            seed=self.seed,
-            **self.generate_kwargs,
-        )
-        return trace
-
-    def requested(self, stored: GenerationTrace, setting_keys: tuple[str, ...]) -> GenerationTrace:
-        """The stored trace with the prompts and settings this call asks for, to detect changed test arguments."""
-        prompt_list = [self.prompts] if isinstance(self.prompts, str) else list(self.prompts or [])
-        by_text = {p.prompt: p for p in stored.prompts}
-        new_prompts = tuple(by_text.get(text, PromptTrace(text, (), (), "length")) for text in prompt_list)
-        changed = dict(stored.settings)
-        changed.update({"max_new_tokens": self.max_new_tokens, "record_top_k": self.top_k, "seed": self.seed})
-        changed.update(
-            {k: v for k, v in self.generate_kwargs.items() if k in setting_keys and isinstance(v, (int, float, str))}
-        )
-        return dataclasses.replace(stored, prompts=new_prompts, settings=changed)
-
-
-class _Verified:
-    """``genguard_snapshot.verify(model, ...)``: the stored trace checked by teacher forcing; written (when it may
-    be) by recording it again."""
-
-    def __init__(self, owner: GenguardSnapshot, model: Any, tokenizer: Any, recording: _Recording, record: Any) -> None:
-        self.owner, self.model, self.tokenizer, self.recording, self.record = owner, model, tokenizer, recording, record
-        self.via: str | None = "verify"
-        self.can_write = recording.can_record
-        self.stored: GenerationTrace | None = None
-        self.comparison: Comparison | None = None
-
-    def counted(self) -> Any:
-        return self.stored if self.stored is not None else GenerationTrace(prompts=())
-
-    def compare(self, stored: str, source: str) -> Outcome:
-        from pytest_genguard.hf.record import SETTING_KEYS  # torch-side: only when a test verifies
-        from pytest_genguard.hf.verify import VerifyComparison, verify
-
-        owner = self.owner
-        try:
-            expected = parse_document(stored, source)
-        except TraceFormatError as exc:
-            return Outcome(
-                Status.INVALID,
-                f"{exc}\nThis test fails until the file is fixed (it was left unchanged); to re-record only this "
-                f"snapshot: {owner._rerecord(Status.INVALID)}",
-            )
-        if not isinstance(expected, GenerationTrace):
-            raise TypeError(f"genguard_snapshot.verify(): {source} holds a recorder history; verify() checks traces")
-        self.stored = expected
-        processors = self.recording.generate_kwargs.get("logits_processor") or ()  # the ones record() was given
-        with events.muted():  # the snapshot event below is this check's only event
-            cmp: Comparison = verify(
-                self.model,
-                self.tokenizer,
-                expected,
-                check_fingerprints=True,
-                logits_processor=processors,
-                **owner.overrides.args(),
-            )
-        if self.recording.can_record and cmp.verdict is not Verdict.STALE:
-            changed = compare(expected, self.recording.requested(expected, SETTING_KEYS), **owner.overrides.args())
-            if changed.verdict is Verdict.STALE:
-                cmp = dataclasses.replace(cmp, verdict=Verdict.STALE, stale_reasons=changed.stale_reasons)
-        if not owner.allow_nonfinite:  # the model's output must be finite: NaN would equal NaN, never "identical"
-            refused = owner._nonfinite(cmp.actual, "the model's output", source)
-            if refused is not None:
-                raise Refused(refused, expected)
-        self.comparison = cmp
-        fix = owner._rerecord(cmp.verdict)
-        detail = cmp.render(fix) if isinstance(cmp, VerifyComparison) else render(cmp, fix=fix)
-        return Outcome(cmp.verdict, detail, cmp)
-
-    def written(self) -> tuple[Any, str]:
-        trace = self.recording.record(self.record, self.model, self.tokenizer)
-        if not self.owner.allow_nonfinite:
-            refused = self.owner._nonfinite(trace, "the model's output")
-            if refused is not None:
-                raise Refused(refused, self.counted())
-        return trace, trace.to_json()
-
-    def explain(self, outcome: Outcome, stored: str) -> list[str]:
-        return outcome.detail.splitlines()
-
-    def changes(self, outcome: Outcome, data: Any) -> list[str]:
-        if self.stored is None or not isinstance(data, GenerationTrace):
-            return accepted_changes(outcome)
-        recorded = compare(self.stored, data, **self.owner.overrides.args())
-        return accepted_changes(Outcome(outcome.verdict, outcome.detail, recorded))
 
 
 def genguard_snapshot_for(snapshot: SnapshotAssertion, request: pytest.FixtureRequest) -> GenguardSnapshot:

@@ -19,7 +19,7 @@ from pytest_genguard.hf.finetune import FineTuned, cache_key_parts, finetune
 from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.recipe import DEFAULT_STEPS, Collator, Recipe, encoder_input, examples_for, recipe_hash
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.recorder import preserved_rng
+from pytest_genguard.hf.run_state import preserved_rng
 from pytest_genguard.hf.tiny import ARCHS, finetune_texts, probe_prompts, tiny_model, tiny_tokenizer
 from pytest_genguard.plugin.tally import EVENTS_KEY
 
@@ -267,7 +267,7 @@ def test_the_recipe_names_how_the_model_was_made_but_not_the_library_versions(
     monkeypatch.setattr(
         ft, "_versions", lambda: {"torch": "99.0", "transformers": "9.0", "accelerate": "9.0", "pytest-genguard": "0"}
     )
-    monkeypatch.setattr(ft, "_training_defaults", lambda: {"optim": "another-default"})
+    monkeypatch.setattr(ft, "training_defaults", lambda: {"optim": "another-default"})
     upgraded = _parts()
     assert cache_key(upgraded) != cache_key(parts)  # an upgrade retrains (the cache key sees versions) ...
     assert _recipe() == recipe  # ... but it is the same model: compared for drift, not called stale

@@ -5,7 +5,6 @@ faults (EOS masked in the labels, a doubled learning rate, labels shifted by one
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import subprocess
@@ -22,8 +21,8 @@ from kernel_sets import params, supported
 from transformers import Seq2SeqTrainer, Trainer  # noqa: F401
 
 import pytest_genguard.hf.recorder  # noqa: F401
-
-finetune_module = importlib.import_module("pytest_genguard.hf.finetune")
+from pytest_genguard.hf import recipe as recipe_module
+from pytest_genguard.hf import training as training_module
 
 # weights_hash(tiny_model(arch, seed)): recorded once; every machine, kernel set and transformers version must agree.
 GOLDEN = {
@@ -187,10 +186,10 @@ def test_the_training_tolerance_still_catches_real_training_changes(
     recorded_under_avx2: Path, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, fault: str, expected: str
 ) -> None:
     if fault == "lr-doubled":
-        monkeypatch.setattr(finetune_module, "_training_arguments", _double_lr(finetune_module._training_arguments))
+        monkeypatch.setattr(training_module, "training_arguments", _double_lr(training_module.training_arguments))
     else:
         wrap = _mask_eos if fault == "eos-masked" else _shift_labels
-        monkeypatch.setattr(finetune_module.Collator, "__call__", wrap(finetune_module.Collator.__call__))
+        monkeypatch.setattr(recipe_module.Collator, "__call__", wrap(recipe_module.Collator.__call__))
     (pytester.path / "test_portable.py").write_text(PROJECT)
     snapshots = recorded_under_avx2 / "__snapshots__"
     target = pytester.path / "__snapshots__" / "test_portable"

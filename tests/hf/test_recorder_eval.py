@@ -15,7 +15,8 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 
 from pytest_genguard.core.history import RecorderHistory
 from pytest_genguard.hf.fingerprint import weights_hash
-from pytest_genguard.hf.recorder import GenerationRecorder, eval_rows
+from pytest_genguard.hf.recorder import GenerationRecorder
+from pytest_genguard.hf.run_state import eval_rows
 from pytest_genguard.hf.tiny import probe_prompts, tiny_model, tiny_tokenizer
 
 PROBES = probe_prompts()[:2]

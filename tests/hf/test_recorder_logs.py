@@ -14,7 +14,8 @@ import torch
 from recorder_support import decoder_examples, trainer
 
 from pytest_genguard.core.repetition import find_repetition
-from pytest_genguard.hf.recorder import GenerationRecorder, recording_figures
+from pytest_genguard.hf.recorder import GenerationRecorder
+from pytest_genguard.hf.run_state import recording_figures
 from pytest_genguard.hf.tiny import probe_prompts, tiny_tokenizer
 
 PROBES = probe_prompts()[:2]
