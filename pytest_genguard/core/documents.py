@@ -24,6 +24,7 @@ __all__ = [
     "compare_documents",
     "dump_document",
     "history_of",
+    "invalid_outcome",
     "parse_document",
     "training_tolerances",
 ]
@@ -104,11 +105,7 @@ def compare_documents(
     try:
         expected = parse_document(stored, source)
     except TraceFormatError as exc:
-        return Outcome(
-            Status.INVALID,
-            f"{exc}\nThis test fails until the file is fixed (it was left unchanged); to re-record only this "
-            f"snapshot: {rerecord.command(Status.INVALID)}",
-        )
+        return invalid_outcome(exc, rerecord)
     actual = parse_document(received, "received data")
     if isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace):
         cmp = compare(expected, actual, **overrides.args())
@@ -123,6 +120,15 @@ def compare_documents(
         f"{rerecord.command(Verdict.STALE)}"
     )
     return Outcome(Verdict.STALE, detail)
+
+
+def invalid_outcome(error: TraceFormatError, rerecord: Rerecord) -> Outcome:
+    """The outcome of a stored document that cannot be read: it fails, and is left as it is."""
+    return Outcome(
+        Status.INVALID,
+        f"{error}\nThis test fails until the file is fixed (it was left unchanged); to re-record only this snapshot: "
+        f"{rerecord.command(Status.INVALID)}",
+    )
 
 
 def training_tolerances(overrides: Overrides) -> Tolerances:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from pathlib import Path
@@ -28,3 +29,12 @@ def atomic_write_text(path: Path | str, text: str, *, errors: str = "strict", fs
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB chunks (cache entries and pins vouch for their files with it)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.files import atomic_write_text, file_sha256
 from pytest_genguard.core.history import RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.hf.fingerprint import model_fingerprint
 
@@ -96,14 +96,6 @@ def cache_key(parts: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of `parts` (sorted keys): equal inputs, equal key, on every machine."""
     text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str, ensure_ascii=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def verify_entry(entry: Path, key: str) -> dict[str, Any]:

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 
-__all__ = ["FineTuned", "Pinning", "cache_key_parts", "finetune", "make"]
+__all__ = ["Build", "FineTuned", "Pinning", "cache_key_parts", "finetune", "make"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -136,10 +136,22 @@ def cache_key_parts(spec: Recipe, model: PreTrainedModel, tokenizer: PreTrainedT
 # ---------------------------------------------------------------------------------------------------- training here
 
 
-def _trained(
-    spec: Recipe, root: Path, device: torch.device, progress: bool, force: Callable[[dict[str, Any]], bool], run_id: str
-) -> FineTuned:
+@dataclass(frozen=True)
+class Build:
+    """How this process builds fine-tuned models: the cache folder, the device the result goes to, whether the
+    Trainer shows progress, when to retrain a cached entry (`force`, given its manifest), and this run's id (one per
+    pytest run, shared by its xdist workers, so --genguard-rebuild retrains once)."""
+
+    root: Path
+    device: torch.device
+    progress: bool
+    force: Callable[[dict[str, Any]], bool]
+    run_id: str
+
+
+def _trained(spec: Recipe, build: Build) -> FineTuned:
     """Fine-tuned on this machine, through the per-machine cache."""
+    root, device, progress, force, run_id = build.root, build.device, build.progress, build.force, build.run_id
 
     tokenizer = tiny_tokenizer()
     skeleton = tiny_model(spec.arch, seed=spec.seed)
@@ -147,7 +159,7 @@ def _trained(
     key = cache_key(parts)
     recipe = recipe_hash(spec)
 
-    def build(tmp: Path) -> tuple[tuple[PreTrainedModel, RecorderHistory], dict[str, Any]]:
+    def trained_entry(tmp: Path) -> tuple[tuple[PreTrainedModel, RecorderHistory], dict[str, Any]]:
         model = tiny_model(spec.arch, seed=spec.seed)
         model.config.genguard_recipe = recipe  # before training: the recorder's checkpoint traces carry it too
         history, seconds = train(spec, model, tokenizer, progress)
@@ -165,7 +177,7 @@ def _trained(
         skeleton.config.genguard_recipe = recipe
         return load_model_entry(entry, manifest, skeleton)
 
-    fetched = fetch(root, key, build=build, load=load, force=force)
+    fetched = fetch(root, key, build=trained_entry, load=load, force=force)
     model, history = fetched.value
     model = model.to(device)
     model.eval()
@@ -197,18 +209,11 @@ class Pinning:
     mode: PinMode = "create"
 
 
-def _pinned(
-    spec: Recipe,
-    root: Path,
-    device: torch.device,
-    progress: bool,
-    force: Callable[[dict[str, Any]], bool],
-    run_id: str,
-    pinning: Pinning,
-) -> FineTuned:
+def _pinned(spec: Recipe, build: Build, pinning: Pinning) -> FineTuned:
     """The pinned weights of `spec`: loaded when pinned, else trained here and pinned (mode "create"/"refresh"),
     or trained here with a `GenguardPinWarning` (mode "use"). A pin that does not verify raises `PinError`."""
     __tracebackhide__ = True
+    root, device, run_id = build.root, build.device, build.run_id
     recipe = recipe_hash(spec)
     folder = folder_for(pinning.pin_dir, spec.arch, recipe)
     lock = "pin-" + hashlib.sha256(str(folder.resolve()).encode()).hexdigest()
@@ -235,10 +240,10 @@ def _pinned(
                 ),
                 stacklevel=4,  # the caller of finetune() or of the genguard_finetune fixture
             )
-            return _trained(spec, root, device, progress, force, run_id)
+            return _trained(spec, build)
         import torch
 
-        tuned = _trained(spec, root, torch.device("cpu"), progress, force, run_id)
+        tuned = _trained(spec, dataclasses.replace(build, device=torch.device("cpu")))
         write_pin(folder, _pin_content(spec, tuned, recipe, run_id), lambda tmp: _write_pin_files(tmp, tuned))
         model = tuned.model.to(device)
         model.eval()
@@ -344,22 +349,12 @@ def finetune(
     show = sys.stderr.isatty() if progress is None else bool(progress)
     pinning = None if pin_dir is None else Pinning(Path(pin_dir), pin)
     target = torch_device(device, "finetune()")  # checked before training starts (training always runs on the CPU)
-    return make(spec, root, target, show, lambda manifest: rebuild, uuid.uuid4().hex, pinning)
+    return make(spec, Build(root, target, show, lambda manifest: rebuild, uuid.uuid4().hex), pinning)
 
 
-def make(
-    spec: Recipe,
-    root: Path,
-    device: torch.device,
-    progress: bool,
-    force: Callable[[dict[str, Any]], bool],
-    run_id: str,
-    pinning: Pinning | None,
-) -> FineTuned:
-    """The fine-tuned model of `spec`: trained here through the cache (`pinning` None) or pinned. `force` says,
-    from a cache entry's manifest, whether to retrain it; `run_id` names this run (one per pytest run, shared by its
-    xdist workers, so --genguard-rebuild retrains once)."""
+def make(spec: Recipe, build: Build, pinning: Pinning | None) -> FineTuned:
+    """The fine-tuned model of `spec`: trained here through the cache (`pinning` None) or pinned."""
     __tracebackhide__ = True
     if pinning is None:
-        return _trained(spec, root, device, progress, force, run_id)
-    return _pinned(spec, root, device, progress, force, run_id, pinning)
+        return _trained(spec, build)
+    return _pinned(spec, build, pinning)

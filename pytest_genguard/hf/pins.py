@@ -20,7 +20,6 @@ never silently replaced by other weights.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.files import atomic_write_text, file_sha256
 
 __all__ = [
     "DEFAULT_PIN_DIR",
@@ -73,14 +72,6 @@ def folder_for(pin_dir: Path, arch: str, recipe: str) -> Path:
     return Path(pin_dir) / f"{arch}-{recipe[:16]}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _broken(folder: Path, problem: str) -> PinError:
     return PinError(
         f"pinned weights {folder}: {problem}. A pin is written by genguard as a whole; restore the folder from "
@@ -116,7 +107,7 @@ def read_pin(folder: Path, recipe: str) -> dict[str, Any] | None:
         path = folder / name
         if not path.is_file():
             raise _broken(folder, f"{name} is missing")
-        if not isinstance(meta, dict) or _sha256(path) != meta.get("sha256"):
+        if not isinstance(meta, dict) or file_sha256(path) != meta.get("sha256"):
             raise _broken(folder, f"{name} does not match its sha256 in {PIN_MANIFEST} (truncated or modified)")
     return manifest
 
@@ -148,7 +139,7 @@ def write_pin(folder: Path, content: PinContent, write_files: Callable[[Path], N
         for name in (WEIGHTS_FILE, HISTORY_FILE):
             os.chmod(tmp / name, 0o666 & ~mask)
         files = {
-            name: {"sha256": _sha256(tmp / name), "size": (tmp / name).stat().st_size}
+            name: {"sha256": file_sha256(tmp / name), "size": (tmp / name).stat().st_size}
             for name in (WEIGHTS_FILE, HISTORY_FILE)
         }
         manifest = {

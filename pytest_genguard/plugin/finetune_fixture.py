@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 import pytest
 
 from pytest_genguard.hf.cache import default_cache_dir
-from pytest_genguard.hf.finetune import FineTuned, Pinning, make
+from pytest_genguard.hf.finetune import Build, FineTuned, Pinning, make
 from pytest_genguard.hf.pins import PinMode
 from pytest_genguard.hf.recipe import Recipe, RecipeArgs
 from pytest_genguard.plugin.settings import settings
@@ -64,6 +64,8 @@ def finetune_factory(config: pytest.Config, device: torch.device) -> FinetuneFac
     def force(manifest: dict[str, Any]) -> bool:
         return rebuild and manifest.get("run_id") != run_id
 
+    build = Build(root, device, progress, force, run_id)
+
     def genguard_finetune(
         arch: str | Recipe = "gpt2", *, pinned: bool = True, **recipe: Unpack[RecipeArgs]
     ) -> FineTuned:
@@ -73,7 +75,7 @@ def finetune_factory(config: pytest.Config, device: torch.device) -> FinetuneFac
         spec = Recipe.of(arch, **recipe)
         key = (spec, bool(pinned))
         if key not in memo:
-            memo[key] = make(spec, root, device, progress, force, run_id, pinning if pinned else None)
+            memo[key] = make(spec, build, pinning if pinned else None)
         return memo[key]
 
     return genguard_finetune

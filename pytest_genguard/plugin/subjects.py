@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from pytest_genguard.core import events
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
-from pytest_genguard.core.documents import Outcome, parse_document
+from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
 from pytest_genguard.core.review import accepted_changes
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, TraceFormatError
@@ -156,11 +156,7 @@ class Verified:
         try:
             expected = parse_document(stored, source)
         except TraceFormatError as exc:
-            return Outcome(
-                Status.INVALID,
-                f"{exc}\nThis test fails until the file is fixed (it was left unchanged); to re-record only this "
-                f"snapshot: {self.rerecord.command(Status.INVALID)}",
-            )
+            return invalid_outcome(exc, self.rerecord)
         if not isinstance(expected, GenerationTrace):
             raise TypeError(f"genguard_snapshot.verify(): {source} holds a recorder history; verify() checks traces")
         self.stored = expected

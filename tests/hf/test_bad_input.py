@@ -23,11 +23,6 @@ LONG = "the " * 300  # 301 tokens with the tiny tokenizer; the tiny gpt2 and lla
 
 
 @pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
 def models() -> dict[str, Any]:
     return {arch: tiny_model(arch) for arch in ARCHS}
 

@@ -17,7 +17,6 @@ from pytest_genguard import GenerationTrace, assert_well_formed, compare, verify
 from pytest_genguard.core import events
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 from pytest_genguard.hf.verify import VerifyFallbackWarning
 
 
@@ -38,16 +37,6 @@ class Halve(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         return scores / 2  # type: ignore[return-value]
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def gpt2() -> Any:
-    return tiny_model("gpt2")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import dataclasses
 import importlib
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,8 @@ import pytest
 import torch
 import transformers
 
-from pytest_genguard.hf.cache import HISTORY_FILE, MANIFEST, WEIGHTS_FILE, GenguardCacheWarning, cache_key, file_sha256
+from pytest_genguard.core.files import file_sha256
+from pytest_genguard.hf.cache import HISTORY_FILE, MANIFEST, WEIGHTS_FILE, GenguardCacheWarning, cache_key
 from pytest_genguard.hf.finetune import FineTuned, cache_key_parts, finetune
 from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.recipe import DEFAULT_STEPS, Collator, Recipe, encoder_input, examples_for, recipe_hash
@@ -23,18 +23,11 @@ from pytest_genguard.hf.run_state import preserved_rng
 from pytest_genguard.hf.tiny import ARCHS, finetune_texts, probe_prompts, tiny_model, tiny_tokenizer
 from pytest_genguard.plugin.tally import EVENTS_KEY
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/hf/conftest.py)
+
 MIN_MARGIN = 4.5  # measured 4.86 (gpt2), 7.60 (llama), 5.91 (t5) nats with the portable initialisation
 """The smallest top-1/top-2 margin (nats) every default model keeps on every greedy step of every probe prompt."""
 QUICK = 2  # steps for tests that exercise the cache, not the quality of the model
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models on a shared 2-core machine: a second torch thread only adds contention (60x slower under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

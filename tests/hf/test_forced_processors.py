@@ -17,7 +17,7 @@ from transformers import LogitsProcessorList
 from pytest_genguard import strategies
 from pytest_genguard.hf.forced_processors import apply_along_path
 from pytest_genguard.hf.teacher import build_processors
-from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+from pytest_genguard.hf.tiny import tiny_model
 
 GENGUARD = settings.get_profile(strategies.PROFILE)
 VOCAB = 40  # a small vocabulary over a few distinct ids: repeats and recurring n-grams on every path
@@ -28,11 +28,6 @@ PAD = 0
 @pytest.fixture(scope="module")
 def model() -> Any:
     return tiny_model("gpt2")
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return tiny_tokenizer()
 
 
 def _step_by_step(processors: LogitsProcessorList, logits: torch.Tensor, sequences: torch.Tensor, start: int) -> Any:

@@ -20,7 +20,7 @@ from invariant_support import (
 import pytest_genguard
 from pytest_genguard.core.events import Event, to_json
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+from pytest_genguard.hf.tiny import tiny_model
 from pytest_genguard.plugin.tally import EVENTS_KEY
 
 LOOP = [(12, " sat")] * 6
@@ -29,11 +29,6 @@ LOOP = [(12, " sat")] * 6
 @pytest.fixture(scope="module")
 def model() -> Any:
     return tiny_model("gpt2")
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return tiny_tokenizer()
 
 
 def _events(request: pytest.FixtureRequest) -> list[Event]:

@@ -15,14 +15,9 @@ from hypothesis import strategies as st
 
 from pytest_genguard import assert_deterministic, assert_processor_contract, assert_well_formed, strategies
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+from pytest_genguard.hf.tiny import tiny_model
 
 GENGUARD = settings.get_profile(strategies.PROFILE)
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+from pytest_genguard.hf.tiny import tiny_model
 
 PROMPTS = ["the quick", "once upon a time there was"]
 MODES: dict[str, dict[str, Any]] = {
@@ -18,11 +18,6 @@ MODES: dict[str, dict[str, Any]] = {
     "sample": {"do_sample": True, "seed": 7},
     "beam": {"num_beams": 3},
 }
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama", "t5"])

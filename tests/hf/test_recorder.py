@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,17 +23,10 @@ from pytest_genguard.hf.recorder import GenerationRecorder
 from pytest_genguard.hf.run_state import preserved_rng, training_identity
 from pytest_genguard.hf.tiny import probe_prompts, tiny_model, tiny_tokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/hf/conftest.py)
+
 STEPS = 6
 PROMPTS = probe_prompts()[:2]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models on a shared 2-core machine: a second torch thread only adds contention (60x slower under load)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _train(tmp: Path, callbacks: list[TrainerCallback]) -> Trainer:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from invariant_support import caught
 from recorder_support import private_copy, trainer
 from transformers import TrainerControl, TrainerState, TrainingArguments
@@ -21,16 +20,10 @@ from pytest_genguard.hf.record import record
 from pytest_genguard.hf.recorder import GenerationRecorder
 from pytest_genguard.hf.tiny import probe_prompts, tiny_model, tiny_tokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/hf/conftest.py)
+
 PROBES = probe_prompts()[:2]
 LOOP = re.compile(r"GenerationRecorder: the model loops at step (\d+) \((\w+)\): .*prompt \d+ '[^']*'.*: '[^']+'")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -19,15 +19,9 @@ from pytest_genguard.hf.recorder import GenerationRecorder
 from pytest_genguard.hf.run_state import eval_rows
 from pytest_genguard.hf.tiny import probe_prompts, tiny_model, tiny_tokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/hf/conftest.py)
+
 PROBES = probe_prompts()[:2]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _ids(checkpoint: Any) -> list[list[int]]:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from recorder_support import decoder_examples, trainer
 
 from pytest_genguard.core.repetition import find_repetition
@@ -18,16 +16,10 @@ from pytest_genguard.hf.recorder import GenerationRecorder
 from pytest_genguard.hf.run_state import recording_figures
 from pytest_genguard.hf.tiny import probe_prompts, tiny_tokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/hf/conftest.py)
+
 PROBES = probe_prompts()[:2]
 NAMES = {"min_margin", "eos_rate", "repetition", "new_tokens"}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _figure_entries(history: list[dict[str, Any]], prefix: str = "") -> dict[int, dict[str, float]]:

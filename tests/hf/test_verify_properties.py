@@ -15,15 +15,10 @@ from transformers import GenerationConfig
 from pytest_genguard import strategies
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+from pytest_genguard.hf.tiny import tiny_model
 from pytest_genguard.hf.verify import verify
 
 GENGUARD = settings.get_profile(strategies.PROFILE)
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

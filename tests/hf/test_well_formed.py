@@ -12,7 +12,7 @@ from invariant_support import EOS, PROBES, caught, hand_trace, noise_processor
 from pytest_genguard import assert_well_formed
 from pytest_genguard.core.trace import GenerationTrace, Step
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+from pytest_genguard.hf.tiny import tiny_model
 
 MODES: dict[str, dict[str, Any]] = {
     "greedy": {},
@@ -20,16 +20,6 @@ MODES: dict[str, dict[str, Any]] = {
     "beam": {"num_beams": 3},
     "penalized": {"repetition_penalty": 1.5, "no_repeat_ngram_size": 2, "min_new_tokens": 4},
 }
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    return tiny_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def gpt2() -> Any:
-    return tiny_model("gpt2")
 
 
 @pytest.fixture(scope="module")

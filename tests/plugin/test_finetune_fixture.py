@@ -50,16 +50,6 @@ def _results(out: Path) -> list[dict[str, object]]:
     return found
 
 
-@pytest.fixture
-def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
-    pytester.makepyfile(test_models=TESTS)
-    pytester.makeini("[pytest]\ngenguard_cache_dir = models\n")
-    out = pytester.path / "out"
-    out.mkdir()
-    monkeypatch.setenv("GENGUARD_TEST_OUT", str(out))
-    return out
-
-
 def test_two_tests_share_one_model_and_a_new_session_loads_it(pytester: pytest.Pytester, project: Path) -> None:
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
     first = _results(project)

@@ -44,18 +44,6 @@ def test_model(genguard_finetune):
 QUIET = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:benchmark", "-p", "no:anyio")
 
 
-@pytest.fixture
-def project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
-    pytester.makepyfile(test_models=TESTS)
-    pytester.makeini("[pytest]\ngenguard_cache_dir = models\n")
-    out = pytester.path / "out"
-    out.mkdir()
-    monkeypatch.setenv("GENGUARD_TEST_OUT", str(out))
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-    return out
-
-
 def _result(out: Path, name: str = "main") -> dict[str, object]:
     path = out / f"{name}.json"
     data: dict[str, object] = json.loads(path.read_text())
