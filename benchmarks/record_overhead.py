@@ -142,7 +142,7 @@ def _fingerprint_row(model: Any, label: str, full_hashes: int, calls: int, smoke
             f"hashing every weight ({params / 1e6:.0f}M parameters) {ms(full.median)}, once per model state; a call "
             f"on an unchanged model {ms(remembered.median)} (model_fingerprint(), medians)",
             "a call checks, without reading the weights, that nothing changed: state-dict names, storages, version "
-            "counters, optimizer steps and a bitwise sample of every row (see pytest_genguard/weights_watch.py)",
+            "counters, optimizer steps and a bitwise sample of every row (see pytest_genguard/hf/weights_watch.py)",
         ],
         details=[
             f"- model_fingerprint() of the unchanged model, ms min/median/max: {remembered.scaled(1000).text()}",

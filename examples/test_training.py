@@ -1,7 +1,7 @@
 """What fine-tuning did to decoding: the recorder's checkpoints, snapshotted like a trace.
 
 This test trains on every machine it runs on (cached per machine and CPU kernel set), so it checks training itself:
-the history is compared under the training tolerance (`pytest_genguard.core.compare.TRAINING`), wide enough for the
+the history is compared under the training tolerance (`pytest_genguard.core.tolerances.TRAINING`), wide enough for the
 rounding that training amplifies on another CPU, narrow enough for a real change (EOS masked, another learning rate).
 """
 

@@ -96,3 +96,18 @@ def test_the_training_warning_resolves_for_w_error_without_importing_transformer
     )
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*GenguardTrainingWarning: the model loops*"])
+
+
+def test_a_submodule_import_binds_the_module_while_the_package_attribute_stays_the_function() -> None:
+    """No module-class shim: `record`, `compare`, `verify` and `finetune` are functions of the package, and the modules
+    that define them live in the tiers, under other names."""
+    import types
+
+    import pytest_genguard
+    import pytest_genguard.core.compare as compare_module
+    import pytest_genguard.hf.record as record_module
+
+    assert type(sys.modules["pytest_genguard"]) is types.ModuleType
+    assert isinstance(record_module, types.ModuleType) and record_module.__name__ == "pytest_genguard.hf.record"
+    assert pytest_genguard.record is record_module.record
+    assert pytest_genguard.compare is compare_module.compare
