@@ -32,6 +32,9 @@ from pytest_genguard.core.events import CheckEvent
 from pytest_genguard.core.review import nonfinite_message, nonfinite_values
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
+from pytest_genguard.hf import record as recording_module  # looked up per call: tests replace record()
+from pytest_genguard.hf.environment import environment
+from pytest_genguard.plugin.reference import on_trace
 from pytest_genguard.plugin.settings import Settings, settings
 from pytest_genguard.plugin.snapshot import (
     GenguardSnapshotExtension,
@@ -310,8 +313,6 @@ class GenguardSnapshot:
         """Hand traces to the cross-environment reference workflow (a no-op without its options)."""
         current = settings(self._config)
         if isinstance(value, GenerationTrace) and (current.reference or current.record_reference):
-            from pytest_genguard.plugin.reference import on_trace  # only with the reference options
-
             on_trace(self._config, self._nodeid, index, value, overrides=self.overrides)
 
     # ------------------------------------------------------------------------------------------------ verify
@@ -335,9 +336,6 @@ class GenguardSnapshot:
         arguments make the snapshot stale. Raises AssertionError (explained) when the check fails.
         """
         __tracebackhide__ = True
-        from pytest_genguard.hf.environment import environment  # torch-side: only when a test verifies
-        from pytest_genguard.hf.record import record
-
         if prompts is not None and max_new_tokens is None:
             raise TypeError("genguard_snapshot.verify(prompts=...): pass max_new_tokens= too, as for record()")
         recording = Recording(prompts, max_new_tokens, top_k, seed, generate_kwargs)
@@ -346,9 +344,10 @@ class GenguardSnapshot:
         missing = (store.read() is None) if not self.per_env else not store.own_exists
         new_only = missing and self._syrupy.assertion.update_new_snapshots_only
         if recording.can_record and (settings(self._config).snapshot_update or new_only):
-            trace = recording.record(record, model, tokenizer)  # re-recorded and checked as a value
+            trace = recording.record(recording_module.record, model, tokenizer)  # re-recorded and checked as a value
             self.assert_match(trace)
             return self.last_comparison if self.last_comparison is not None else compare(trace, trace)
+        record = recording_module.record
         subject = Verified(model, tokenizer, recording, record, self.overrides, self.extension.rerecord, self.refusal)
         if not self._check(subject, store):
             raise AssertionError("\n".join(self.explanation))

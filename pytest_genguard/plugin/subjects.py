@@ -18,6 +18,8 @@ from pytest_genguard.core.review import accepted_changes
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, TraceFormatError
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
+from pytest_genguard.hf.record import SETTING_KEYS
+from pytest_genguard.hf.verify import VerifyComparison, verify
 from pytest_genguard.plugin.snapshot import GenguardSnapshotExtension
 
 __all__ = ["Recording", "Refused", "Subject", "Value", "Verified"]
@@ -150,9 +152,6 @@ class Verified:
         return self.stored if self.stored is not None else GenerationTrace(prompts=())
 
     def compare(self, stored: str, source: str) -> Outcome:
-        from pytest_genguard.hf.record import SETTING_KEYS  # torch-side: only when a test verifies
-        from pytest_genguard.hf.verify import VerifyComparison, verify
-
         try:
             expected = parse_document(stored, source)
         except TraceFormatError as exc:
