@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-from pytest_genguard.core.trace import GenerationTrace
+if TYPE_CHECKING:  # (only its dtype is read: the plugin's settings import this module at start-up)
+    from pytest_genguard.core.trace import GenerationTrace
 
 __all__ = [
     "BFLOAT16",

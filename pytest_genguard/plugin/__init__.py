@@ -23,8 +23,6 @@ pytest.register_assert_rewrite(
 )
 
 from pytest_genguard.core import events  # noqa: E402
-from pytest_genguard.core.compare import compare  # noqa: E402
-from pytest_genguard.core.trace import GenerationTrace  # noqa: E402
 from pytest_genguard.plugin import keep  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
@@ -164,8 +162,13 @@ def pytest_assertrepr_compare(config: pytest.Config, op: str, left: object, righ
         lines: list[str] | None = fixture.assertrepr(op, left, right)
         if lines is not None:
             return lines
-    if op == "==" and isinstance(left, GenerationTrace) and isinstance(right, GenerationTrace):
-        # The right operand is the reference: `assert new == recorded` reads like `assert trace == snapshot`.
-        explanation = str(compare(right, left)).splitlines()
-        return ["GenerationTrace == GenerationTrace (left: new, right: recorded)", *explanation]
+    if op == "==" and "pytest_genguard.core.trace" in sys.modules:  # nor a trace before its module is
+        # The rule loads when a failure is explained, not at start-up.
+        from pytest_genguard.core.compare import compare
+        from pytest_genguard.core.trace import GenerationTrace
+
+        if isinstance(left, GenerationTrace) and isinstance(right, GenerationTrace):
+            # The right operand is the reference: `assert new == recorded` reads like `assert trace == snapshot`.
+            explanation = str(compare(right, left)).splitlines()
+            return ["GenerationTrace == GenerationTrace (left: new, right: recorded)", *explanation]
     return None

@@ -16,7 +16,6 @@ from pytest_genguard.core.events import FragileStep, events_from_json
 from pytest_genguard.core.text import plural
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.plugin import keep
-from pytest_genguard.plugin.report import report_target, write_run_report
 from pytest_genguard.plugin.settings import settings
 from pytest_genguard.plugin.tally import TALLY_KEY, USER_PROPERTY, Tally, count_blocks
 
@@ -197,6 +196,7 @@ class GenguardReporter:
         report = settings(self.config).report
         if report is None or hasattr(self.config, "workerinput"):
             return
+        from pytest_genguard.plugin.report import report_target, write_run_report  # only with --genguard-report
 
         target = report_target(self.config, report)
         try:
