@@ -35,8 +35,11 @@ def _cuda_fields(torch_mod: Any, device: torch.device) -> dict[str, JSONScalar]:
     }
 
 
-def _cpu_capability(torch_mod: Any) -> str | None:
-    """The SIMD level CPU kernels dispatch to ("AVX2", "AVX512", ...): it changes CPU reduction order."""
+def cpu_capability(torch_mod: Any = None) -> str | None:
+    """The SIMD level CPU kernels dispatch to ("DEFAULT", "AVX2", "AVX512", ...; ``ATEN_CPU_CAPABILITY`` picks a lower
+    one): it changes CPU reduction order, and what training makes of one recipe."""
+    if torch_mod is None:
+        import torch as torch_mod
     cpu = getattr(getattr(torch_mod, "backends", None), "cpu", None)
     getter = getattr(cpu, "get_cpu_capability", None)
     return str(getter()) if callable(getter) else None
@@ -62,7 +65,7 @@ def environment(
         "device_type": dev.type,
         "num_threads": int(t.get_num_threads()),
         "deterministic_algorithms": bool(t.are_deterministic_algorithms_enabled()),
-        "cpu_capability": _cpu_capability(t),
+        "cpu_capability": cpu_capability(t),
     }
     if model is not None:
         fields["dtype"] = model_dtype(model)

@@ -32,6 +32,7 @@ from pytest_genguard.hf.cache import (
     load_model_entry,
     save_model_entry,
 )
+from pytest_genguard.hf.environment import cpu_capability
 from pytest_genguard.hf.fingerprint import config_hash, model_fingerprint, tokenizer_fingerprint, weights_hash
 from pytest_genguard.hf.inputs import torch_device
 from pytest_genguard.hf.pins import (
@@ -97,12 +98,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _cpu_capability() -> str:
-    import torch
-
-    return str(torch.backends.cpu.get_cpu_capability())
-
-
 def cache_key_parts(spec: Recipe, model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast) -> Any:
     """Everything that determines the weights training makes on this machine: the recipe, the libraries, and the
     CPU kernel set (training amplifies its rounding: AVX2 and the scalar kernels train other weights)."""
@@ -128,7 +123,7 @@ def cache_key_parts(spec: Recipe, model: PreTrainedModel, tokenizer: PreTrainedT
         },
         "seed": spec.seed,
         "versions": versions,
-        "cpu_capability": _cpu_capability(),
+        "cpu_capability": cpu_capability(),
         "format": CACHE_FORMAT,
     }
 
@@ -255,7 +250,7 @@ def _pin_content(spec: Recipe, tuned: FineTuned, recipe: str, run_id: str) -> Pi
 
     trained_in = {
         **_versions(),
-        "cpu_capability": _cpu_capability(),
+        "cpu_capability": cpu_capability(),
         "threads": TRAIN_THREADS,
         "python": platform.python_version(),
         "platform": f"{sys.platform}-{platform.machine()}",

@@ -57,6 +57,26 @@ def test_tiny_models_are_bitwise_the_same_under_every_cpu_kernel_set(kernel_set:
     assert found["hashes"] == {f"{a}/{s}": h for (a, s), h in GOLDEN.items()}
 
 
+KEY = """
+import json
+from pytest_genguard.hf.finetune import cache_key_parts
+from pytest_genguard.hf.cache import cache_key
+from pytest_genguard.hf.recipe import Recipe
+from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+print(json.dumps(cache_key(cache_key_parts(Recipe.of("gpt2"), tiny_model("gpt2"), tiny_tokenizer()))))
+"""
+
+
+def test_the_fine_tuning_cache_key_names_the_cpu_kernel_set() -> None:
+    # Training amplifies the kernels' rounding: a model trained under AVX2 must not be served under the scalar kernels
+    # (the same command would pass or fail depending on which kernel set filled the cache first).
+    if not supported("avx2"):
+        pytest.skip("this CPU cannot run the avx2 kernel set")
+    keys = {k: _python(KEY, k) for k in ("default", "avx2")}
+    assert keys["default"] != keys["avx2"]
+    assert _python(KEY, "avx2") == keys["avx2"]  # and nothing else about the run moves it
+
+
 def test_the_portable_initialisation_keeps_the_standard_deviations_transformers_uses() -> None:
     from pytest_genguard.hf.tiny import tiny_model
 
