@@ -142,6 +142,16 @@ def _finetuned_bytes_per_step() -> str:
     )
 
 
+def _metadata_parts(trace: Any) -> dict[str, int]:
+    """Bytes the trace's architecture config and its token_texts add to the file."""
+    size = len(trace.to_json().encode("utf-8"))
+    model = dataclasses.replace(trace.model, config=None) if trace.model is not None else None
+    return {
+        "config": size - len(dataclasses.replace(trace, model=model).to_json().encode("utf-8")),
+        "token_texts": size - len(dataclasses.replace(trace, token_texts={}).to_json().encode("utf-8")),
+    }
+
+
 def run_size(smoke: bool) -> list[Result]:
     trace = _trace(SIZE_STEPS)
     text = trace.to_json()
@@ -163,6 +173,13 @@ def run_size(smoke: bool) -> list[Result]:
             f"top_logprobs[1], written for the reader, never read back) and `best_score` (equal to `score` at every "
             f"step of this greedy trace: {equal}); without them this file would be {without / 1000:.1f} KB"
         )
+    parts = _metadata_parts(trace)
+    details.append(
+        f"- of the metadata, {parts['config']} bytes are the model's architecture config (what keeps a snapshot the "
+        f"same subject across transformers versions) and {parts['token_texts']} bytes `token_texts` (the texts of "
+        f"{len(trace.token_texts)} alternatives no step chose, for the report and the failure text): without them "
+        f"this file would be {(size - parts['config'] - parts['token_texts']) / 1000:.1f} KB"
+    )
     if not smoke:
         details.append(f"- {_finetuned_bytes_per_step()}")
     return [
