@@ -66,6 +66,7 @@ def arguments(tmp: Path, *, seq2seq: bool = False, **overrides: Any) -> Training
     settings.update(overrides)
     if seq2seq:
         settings.setdefault("predict_with_generate", True)
+        settings.setdefault("generation_max_length", 12)  # the Trainer's own generate(): no max_length default warning
         return Seq2SeqTrainingArguments(**settings)
     return TrainingArguments(**settings)
 
