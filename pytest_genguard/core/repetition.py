@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from pytest_genguard.core.checks import fail_or_pass, prompt_label, span_text
 from pytest_genguard.core.text import plural
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
 
-__all__ = ["Repetition", "assert_no_repetition", "find_repetition"]
+__all__ = ["Repetition", "RepetitionOptions", "RepetitionRule", "assert_no_repetition", "find_repetition"]
 
 _MIN_DISTINCT_NGRAMS = 10
 """The distinct-n ratio is checked only over at least this many n-grams: over fewer it is noise (with 4 bigrams a
@@ -51,14 +52,33 @@ def _repeated_ngrams(steps: Sequence[Step], n: int, max_repeats: int) -> list[tu
     return sorted(found, key=lambda item: item[1][0])
 
 
-def _check_options(max_run: int, ngram_size: int, max_ngram_repeats: int, min_distinct: float, distinct_n: int) -> None:
-    for name, value, low in (("max_run", max_run, 1), ("ngram_size", ngram_size, 1), ("distinct_n", distinct_n, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"assert_no_repetition: {name} must be an integer >= {low}, got {value!r}")
-    if isinstance(max_ngram_repeats, bool) or not isinstance(max_ngram_repeats, int) or max_ngram_repeats < 1:
-        raise ValueError(f"assert_no_repetition: max_ngram_repeats must be an integer >= 1, got {max_ngram_repeats!r}")
-    if not 0.0 <= min_distinct <= 1.0:
-        raise ValueError(f"assert_no_repetition: min_distinct must be between 0 and 1, got {min_distinct!r}")
+class RepetitionOptions(TypedDict, total=False):
+    """The options of `assert_no_repetition` and `find_repetition` (their defaults: `RepetitionRule`)."""
+
+    max_run: int
+    ngram_size: int
+    max_ngram_repeats: int
+    min_distinct: float
+    distinct_n: int
+
+
+@dataclass(frozen=True)
+class RepetitionRule:
+    """The repetition rule's limits, checked once (see `assert_no_repetition` for what each one means)."""
+
+    max_run: int = 4
+    ngram_size: int = 4
+    max_ngram_repeats: int = 3
+    min_distinct: float = 0.3
+    distinct_n: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("max_run", "ngram_size", "max_ngram_repeats", "distinct_n"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"assert_no_repetition: {name} must be an integer >= 1, got {value!r}")
+        if not 0.0 <= self.min_distinct <= 1.0:
+            raise ValueError(f"assert_no_repetition: min_distinct must be between 0 and 1, got {self.min_distinct!r}")
 
 
 @dataclass(frozen=True)
@@ -84,37 +104,21 @@ class Repetition:
         )
 
 
-def find_repetition(
-    trace: GenerationTrace,
-    *,
-    max_run: int = 4,
-    ngram_size: int = 4,
-    max_ngram_repeats: int = 3,
-    min_distinct: float = 0.3,
-    distinct_n: int = 2,
-) -> Repetition:
+def find_repetition(trace: GenerationTrace, **options: Unpack[RepetitionOptions]) -> Repetition:
     """The rule of `assert_no_repetition` (same options, same defaults) without failing a test: for callers that
     report a loop their own way (the `GenerationRecorder`'s `on_degenerate` alarm and its logged figures)."""
-    _check_options(max_run, ngram_size, max_ngram_repeats, min_distinct, distinct_n)
+    rule = RepetitionRule(**options)
     problems: list[str] = []
     failing: list[int] = []
     for index, prompt in enumerate(trace.prompts):
-        found = _prompt_repetition(index, prompt, max_run, ngram_size, max_ngram_repeats, min_distinct, distinct_n)
+        found = _prompt_repetition(index, prompt, rule)
         if found:
             failing.append(index)
             problems += found
     return Repetition(tuple(problems), tuple(failing), len(trace.prompts))
 
 
-def assert_no_repetition(
-    trace: GenerationTrace,
-    *,
-    max_run: int = 4,
-    ngram_size: int = 4,
-    max_ngram_repeats: int = 3,
-    min_distinct: float = 0.3,
-    distinct_n: int = 2,
-) -> None:
+def assert_no_repetition(trace: GenerationTrace, **options: Unpack[RepetitionOptions]) -> None:
     """Fail when a generation degenerates into a loop: the failure mode of a model that never learned to stop.
 
     Per prompt, over the generated tokens (a final EOS excluded):
@@ -130,14 +134,7 @@ def assert_no_repetition(
     message quotes the repeated text with its step numbers. `find_repetition` applies the same rule without failing.
     """
     __tracebackhide__ = True
-    found = find_repetition(
-        trace,
-        max_run=max_run,
-        ngram_size=ngram_size,
-        max_ngram_repeats=max_ngram_repeats,
-        min_distinct=min_distinct,
-        distinct_n=distinct_n,
-    )
+    found = find_repetition(trace, **options)
     advice = (
         "A model that loops never learned to stop: check that fine-tuning labels keep the EOS token (pad_token = "
         "eos_token with padding masked out of the labels hides it). If this output is intended, loosen max_run=, "
@@ -146,15 +143,9 @@ def assert_no_repetition(
     fail_or_pass("assert_no_repetition", list(found.problems), found.headline, advice)
 
 
-def _prompt_repetition(
-    index: int,
-    prompt: PromptTrace,
-    max_run: int,
-    ngram_size: int,
-    max_ngram_repeats: int,
-    min_distinct: float,
-    distinct_n: int,
-) -> list[str]:
+def _prompt_repetition(index: int, prompt: PromptTrace, rule: RepetitionRule) -> list[str]:
+    max_run, ngram_size, max_ngram_repeats = rule.max_run, rule.ngram_size, rule.max_ngram_repeats
+    min_distinct, distinct_n = rule.min_distinct, rule.distinct_n
     steps = _content(prompt)
     where = prompt_label(index, prompt)
     out = []
