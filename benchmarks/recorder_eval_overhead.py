@@ -14,9 +14,9 @@ from __future__ import annotations
 import tempfile
 import time
 import warnings
-from typing import Any
 
-from benchmarks.harness import Paired, Result, Spread, ms
+from benchmarks.harness import Result, Spread, ms
+from benchmarks.recorder_overhead import Clock, Run, alternate_runs
 
 STEPS = 200
 EVAL_EVERY = 50
@@ -24,29 +24,9 @@ EXAMPLES = 8
 HOOKS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_predict", "on_train_end")
 
 
-class _Clock:
-    """Seconds spent inside wrapped callables, added up."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-    def wrap(self, owner: Any, names: tuple[str, ...]) -> None:
-        for name in names:
-            method = getattr(owner, name)
-
-            def timed(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
-                start = time.perf_counter()
-                try:
-                    return _method(*args, **kwargs)
-                finally:
-                    self.seconds += time.perf_counter() - start
-
-            setattr(owner, name, timed)  # the Trainer looks hooks up on the instance: getattr(callback, event)
-
-
-def _train(with_recorder: bool, steps: int) -> tuple[float, Any, int, float, float]:
-    """Seconds of `trainer.train()`, the trained model, the recorder's checkpoints, the seconds inside its hooks and
-    the seconds inside the Trainer's `evaluate()` (the recording included, as it runs in on_evaluate)."""
+def _train(with_recorder: bool, steps: int) -> Run:
+    """One run, with or without the recorder; `in_evaluate` is the seconds inside the Trainer's `evaluate()` (the
+    recording included, as it runs in on_evaluate)."""
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
@@ -59,7 +39,7 @@ def _train(with_recorder: bool, steps: int) -> tuple[float, Any, int, float, flo
     data = [{"input_ids": [*tokenizer(t)["input_ids"], eos]} for t in finetune_texts()]
     every = max(1, steps // (STEPS // EVAL_EVERY))
     recorder = GenerationRecorder(eval_examples=EXAMPLES, on_degenerate="warn")
-    in_hooks = _Clock()
+    in_hooks = Clock()
     in_hooks.wrap(recorder, HOOKS)
     with tempfile.TemporaryDirectory(prefix="genguard-bench-") as out:
         args = TrainingArguments(
@@ -89,49 +69,29 @@ def _train(with_recorder: bool, steps: int) -> tuple[float, Any, int, float, flo
             callbacks=[recorder] if with_recorder else [],
         )
         trainer.remove_callback(PrinterCallback)
-        in_evaluate = _Clock()
+        in_evaluate = Clock()
         in_evaluate.wrap(trainer, ("evaluate",))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # an untrained model loops at the first evaluations: that is the alarm
             start = time.perf_counter()
             trainer.train()
             seconds = time.perf_counter() - start
-    return seconds, model, len(recorder.history), in_hooks.seconds, in_evaluate.seconds
+    return Run(seconds, model, len(recorder.history), in_hooks.seconds, in_evaluate.seconds)
 
 
 def run(smoke: bool) -> list[Result]:
-    import torch
-
     steps = 4 if smoke else STEPS
-    pairs = 1 if smoke else 4
-    _train(False, 2)  # warm-up: first-call costs (imports, kernels) belong to neither side
-    plain: list[float] = []
-    recorded: list[float] = []
-    shares: list[float] = []
-    in_hooks: list[float] = []
-    evaluate_plain: list[float] = []
-    evaluate_recorded: list[float] = []
-    checkpoints = 0
-    identical = True
-    for i in range(pairs):
-        order = (False, True) if i % 2 == 0 else (True, False)
-        models = {}
-        for with_recorder in order:
-            seconds, model, taken, spent, evaluating = _train(with_recorder, steps)
-            (recorded if with_recorder else plain).append(seconds)
-            (evaluate_recorded if with_recorder else evaluate_plain).append(evaluating)
-            if with_recorder:
-                shares.append(seconds / (seconds - spent))
-                in_hooks.append(spent)
-            models[with_recorder] = model
-            checkpoints = max(checkpoints, taken)
-        a, b = models[True].state_dict(), models[False].state_dict()
-        identical = identical and all(torch.equal(a[k], b[k]) for k in a)
-    paired = Paired(Spread(tuple(recorded)), Spread(tuple(plain)))
-    share = Spread(tuple(shares))
-    hooks = Spread(tuple(in_hooks))
+    runs = alternate_runs(_train, steps, pairs=1 if smoke else 4)
+    paired, share, hooks, checkpoints, identical = (
+        runs.paired,
+        runs.share,
+        runs.in_hooks,
+        runs.checkpoints,
+        runs.identical,
+    )
     per_checkpoint = hooks.median / checkpoints if checkpoints else float("nan")
-    eval_plain = Spread(tuple(evaluate_plain))
+    eval_plain = Spread(tuple(r.in_evaluate for r in runs.plain))
+    evaluate_recorded = tuple(r.in_evaluate for r in runs.recorded)
     per_evaluation = eval_plain.median / checkpoints if checkpoints else float("nan")
     notes = [
         f"{ms(hooks.median)} inside the recorder's hooks per training run ({checkpoints} evaluate() recordings of "
@@ -148,7 +108,7 @@ def run(smoke: bool) -> list[Result]:
         f"{hooks.text('{:.3f}')}",
         f"- without, seconds min/median/max: {paired.b.text('{:.3f}')}",
         f"- inside evaluate() per run, without / with the recorder (median): {eval_plain.median:.3f} s / "
-        f"{Spread(tuple(evaluate_recorded)).median:.3f} s",
+        f"{Spread(evaluate_recorded).median:.3f} s",
         f"- per-pair ratio of whole runs min/median/max: {paired.ratios.text('{:.3f}', '×')}",
         "- the overhead scales with the number of evaluations and `eval_examples`, not with the training steps",
     ]

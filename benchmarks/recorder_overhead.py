@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.harness import Paired, Result, Spread, ms
@@ -39,26 +41,86 @@ class _Collator:
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def _clocked(recorder: Any) -> list[float]:
-    """Wrap the recorder's Trainer hooks so the seconds spent inside them add up in the returned one-item list."""
-    spent = [0.0]
-    for name in ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_train_end"):
-        method = getattr(recorder, name)
+class Clock:
+    """Seconds spent inside wrapped callables, added up."""
 
-        def hook(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
-            start = time.perf_counter()
-            try:
-                return _method(*args, **kwargs)
-            finally:
-                spent[0] += time.perf_counter() - start
+    def __init__(self) -> None:
+        self.seconds = 0.0
 
-        setattr(recorder, name, hook)  # the Trainer looks hooks up on the instance: getattr(callback, event)
-    return spent
+    def wrap(self, owner: Any, names: tuple[str, ...]) -> None:
+        for name in names:
+            method = getattr(owner, name)
+
+            def timed(*args: Any, _method: Any = method, **kwargs: Any) -> Any:
+                start = time.perf_counter()
+                try:
+                    return _method(*args, **kwargs)
+                finally:
+                    self.seconds += time.perf_counter() - start
+
+            setattr(owner, name, timed)  # the Trainer looks hooks up on the instance: getattr(callback, event)
 
 
-def _train(with_recorder: bool, steps: int) -> tuple[float, Any, int, float]:
-    """Seconds of `trainer.train()`, the trained model, how many checkpoints the recorder took and the seconds spent
-    inside the recorder's hooks."""
+@dataclass(frozen=True)
+class Run:
+    """One training run: `trainer.train()` seconds, the trained model, the recorder's checkpoints, the seconds inside
+    its hooks and (where measured) inside the Trainer's `evaluate()`."""
+
+    seconds: float
+    model: Any
+    checkpoints: int
+    in_hooks: float
+    in_evaluate: float = 0.0
+
+
+@dataclass(frozen=True)
+class Alternated:
+    """Runs with and without the recorder, alternating which goes first, after a warm-up run."""
+
+    recorded: tuple[Run, ...]
+    plain: tuple[Run, ...]
+    identical: bool
+    """Whether the weights after training were bitwise the same with and without the recorder, in every pair."""
+
+    @property
+    def paired(self) -> Paired:
+        return Paired(Spread(tuple(r.seconds for r in self.recorded)), Spread(tuple(r.seconds for r in self.plain)))
+
+    @property
+    def share(self) -> Spread:
+        """Training time with the recorder over training time less its hooks, per recorded run (the headline)."""
+        return Spread(tuple(r.seconds / (r.seconds - r.in_hooks) for r in self.recorded))
+
+    @property
+    def in_hooks(self) -> Spread:
+        return Spread(tuple(r.in_hooks for r in self.recorded))
+
+    @property
+    def checkpoints(self) -> int:
+        return max(r.checkpoints for r in self.recorded)
+
+
+def alternate_runs(train: Callable[[bool, int], Run], steps: int, pairs: int) -> Alternated:
+    """`pairs` pairs of `train(with_recorder, steps)`, the order alternating, after an untimed warm-up (first-call
+    costs, imports and kernels, belong to neither side); each pair's weights are compared bitwise."""
+    import torch
+
+    train(False, 2)
+    recorded: list[Run] = []
+    plain: list[Run] = []
+    identical = True
+    for i in range(pairs):
+        order = (False, True) if i % 2 == 0 else (True, False)
+        runs = {with_recorder: train(with_recorder, steps) for with_recorder in order}
+        recorded.append(runs[True])
+        plain.append(runs[False])
+        a, b = runs[True].model.state_dict(), runs[False].model.state_dict()
+        identical = identical and all(torch.equal(a[k], b[k]) for k in a)
+    return Alternated(tuple(recorded), tuple(plain), identical)
+
+
+def _train(with_recorder: bool, steps: int) -> Run:
+    """One run of the default fine-tune, with or without the recorder (its hooks clocked)."""
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
@@ -71,7 +133,8 @@ def _train(with_recorder: bool, steps: int) -> tuple[float, Any, int, float]:
     data = [{"input_ids": [*tokenizer(t)["input_ids"], eos]} for t in finetune_texts()]
     every = max(1, steps // (STEPS // EVERY))
     recorder = GenerationRecorder(probe_prompts(), every_n_steps=every)
-    spent = _clocked(recorder)
+    clock = Clock()
+    clock.wrap(recorder, ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_train_end"))
     with tempfile.TemporaryDirectory(prefix="genguard-bench-") as out:
         args = TrainingArguments(
             output_dir=out,
@@ -99,38 +162,20 @@ def _train(with_recorder: bool, steps: int) -> tuple[float, Any, int, float]:
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
-    return seconds, model, len(recorder.history), spent[0]
+    return Run(seconds, model, len(recorder.history), clock.seconds)
 
 
 def run(smoke: bool) -> list[Result]:
-    import torch
-
     steps = 4 if smoke else STEPS
-    pairs = 1 if smoke else 4
-    _train(False, 2)  # warm-up: first-call costs (imports, kernels) belong to neither side
-    plain: list[float] = []
-    recorded: list[float] = []
-    shares: list[float] = []
-    in_hooks: list[float] = []
-    checkpoints = 0
-    identical = True
-    for i in range(pairs):
-        order = (False, True) if i % 2 == 0 else (True, False)
-        models = {}
-        for with_recorder in order:
-            seconds, model, taken, spent = _train(with_recorder, steps)
-            (recorded if with_recorder else plain).append(seconds)
-            if with_recorder:
-                shares.append(seconds / (seconds - spent))
-                in_hooks.append(spent)
-            models[with_recorder] = model
-            checkpoints = max(checkpoints, taken)
-        a, b = models[True].state_dict(), models[False].state_dict()
-        identical = identical and all(torch.equal(a[k], b[k]) for k in a)
-    paired = Paired(Spread(tuple(recorded)), Spread(tuple(plain)))
+    runs = alternate_runs(_train, steps, pairs=1 if smoke else 4)
+    paired, share, hooks, checkpoints, identical = (
+        runs.paired,
+        runs.share,
+        runs.in_hooks,
+        runs.checkpoints,
+        runs.identical,
+    )
     ratios = paired.ratios
-    share = Spread(tuple(shares))
-    hooks = Spread(tuple(in_hooks))
     per_checkpoint = hooks.median / checkpoints if checkpoints else float("nan")
     notes = [
         f"{ms(hooks.median)} inside the recorder's hooks per training run ({checkpoints} checkpoints, "
