@@ -145,8 +145,11 @@ def architecture_config(raw: dict[str, Any]) -> dict[str, JSONScalar]:
 
 def config_hash(model: PreTrainedModel) -> str:
     """sha256 of `architecture_config` (the same on transformers 4.57 and 5.x for the same model)."""
-    text = json.dumps(architecture_config(model.config.to_dict()), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return _config_digest(architecture_config(model.config.to_dict()))
+
+
+def _config_digest(config: dict[str, JSONScalar]) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 def weights_hash(model: PreTrainedModel, *, cached: bool = True) -> str:
@@ -201,7 +204,7 @@ def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
     config = architecture_config(model.config.to_dict())
     return ModelFingerprint(
         model_type=str(getattr(model.config, "model_type", type(model).__name__)),
-        config_hash=hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest(),
+        config_hash=_config_digest(config),
         weights_hash=weights_hash(model),
         num_parameters=sum(p.numel() for p in model.parameters()),
         dtype=model_dtype(model),
