@@ -294,14 +294,14 @@ _HEADLINE_FIELDS = (
 def environment_line(cmp: Comparison) -> str | None:
     """``recorded on AVX2 / transformers 4.57.6, now AVX512 / transformers 5.23.0``: the environment fields that
     differ, before any number (None when none of them does), so a reader knows at once what moved."""
-    e, a = cmp.expected.environment, cmp.actual.environment
-    if not e or not a:
+    if not cmp.expected.environment or not cmp.actual.environment:
         return None
+    moved = {key: (old, new) for key, old, new in cmp.environment_diff if old is not None or new is not None}
     before, after = [], []
     for key, label in _HEADLINE_FIELDS:
-        old, new = e.get(key), a.get(key)
-        if old == new:
+        if key not in moved:
             continue
+        old, new = moved[key]
         before.append(f"{label}{_bare(old)}")
         after.append(f"{label}{_bare(new)}")
     if not before:
