@@ -1,10 +1,13 @@
-"""Writing files a user owns: whole or not at all, with the permissions any file they write would get."""
+"""Writing files a user owns: whole or not at all, with the permissions any file they write would get; manifests
+that vouch for the files beside them by sha256."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import uuid
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 
@@ -38,3 +41,26 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_records(folder: Path, names: Iterable[str]) -> dict[str, dict[str, object]]:
+    """Each file's sha256 and size: what a manifest lists to vouch for the files beside it (cache entries, pins)."""
+    return {name: {"sha256": file_sha256(folder / name), "size": (folder / name).stat().st_size} for name in names}
+
+
+def file_records_problem(folder: Path, records: Mapping[str, object], manifest: str) -> str | None:
+    """The first file `records` lists that is missing or does not match its sha256, said as a problem (None: all
+    fine); `manifest` is the manifest's name, for the message."""
+    for name, meta in records.items():
+        path = folder / str(name)
+        if not path.is_file():
+            return f"{name} is missing"
+        if not isinstance(meta, dict) or file_sha256(path) != meta.get("sha256"):
+            return f"{name} does not match its sha256 in {manifest} (truncated or modified)"
+    return None
+
+
+def write_manifest(path: Path, manifest: Mapping[str, object]) -> None:
+    """A manifest as sorted, indented JSON, written atomically and made durable: it is written last and vouches for
+    everything else."""
+    atomic_write_text(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n", fsync=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pytest_genguard.core.files import atomic_write_text, file_sha256
+from pytest_genguard.core.files import file_records, file_records_problem, write_manifest
 from pytest_genguard.core.history import RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.hf.fingerprint import model_fingerprint
 
@@ -112,17 +112,10 @@ def verify_entry(entry: Path, key: str) -> dict[str, Any]:
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise CacheCorrupt(f"{MANIFEST} lists no files")
-    for name, meta in files.items():
-        path = entry / str(name)
-        if not path.is_file():
-            raise CacheCorrupt(f"{name} is missing")
-        if not isinstance(meta, dict) or file_sha256(path) != meta.get("sha256"):
-            raise CacheCorrupt(f"{name} does not match its sha256 in {MANIFEST} (truncated or modified)")
+    problem = file_records_problem(entry, files, MANIFEST)
+    if problem is not None:
+        raise CacheCorrupt(problem)
     return manifest
-
-
-def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n", fsync=True)
 
 
 def _discard(entry: Path) -> None:
@@ -211,13 +204,9 @@ def fetch(
         tmp = Path(tempfile.mkdtemp(prefix=f".build-{key[:16]}-", dir=root))
         try:
             value, fields = build(tmp)
-            files = {
-                p.name: {"sha256": file_sha256(p), "size": p.stat().st_size}
-                for p in sorted(tmp.iterdir())
-                if p.is_file() and p.name != MANIFEST
-            }
+            files = file_records(tmp, (p.name for p in sorted(tmp.iterdir()) if p.is_file() and p.name != MANIFEST))
             manifest = {**fields, "format": CACHE_FORMAT, "key": key, "files": files, "build_id": uuid.uuid4().hex}
-            _write_json_atomic(tmp / MANIFEST, manifest)
+            write_manifest(tmp / MANIFEST, manifest)
             _discard(entry)
             os.replace(tmp, entry)
         except BaseException:

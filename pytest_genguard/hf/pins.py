@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pytest_genguard.core.files import atomic_write_text, file_sha256
+from pytest_genguard.core.files import file_records, file_records_problem, write_manifest
 
 __all__ = [
     "DEFAULT_PIN_DIR",
@@ -103,12 +103,9 @@ def read_pin(folder: Path, recipe: str) -> dict[str, Any] | None:
     files = manifest.get("files")
     if not isinstance(files, dict) or set(files) != {WEIGHTS_FILE, HISTORY_FILE}:
         raise _broken(folder, f"{PIN_MANIFEST} does not list {WEIGHTS_FILE} and {HISTORY_FILE}")
-    for name, meta in files.items():
-        path = folder / name
-        if not path.is_file():
-            raise _broken(folder, f"{name} is missing")
-        if not isinstance(meta, dict) or file_sha256(path) != meta.get("sha256"):
-            raise _broken(folder, f"{name} does not match its sha256 in {PIN_MANIFEST} (truncated or modified)")
+    problem = file_records_problem(folder, files, PIN_MANIFEST)
+    if problem is not None:
+        raise _broken(folder, problem)
     return manifest
 
 
@@ -138,10 +135,7 @@ def write_pin(folder: Path, content: PinContent, write_files: Callable[[Path], N
         os.chmod(tmp, 0o777 & ~mask)
         for name in (WEIGHTS_FILE, HISTORY_FILE):
             os.chmod(tmp / name, 0o666 & ~mask)
-        files = {
-            name: {"sha256": file_sha256(tmp / name), "size": (tmp / name).stat().st_size}
-            for name in (WEIGHTS_FILE, HISTORY_FILE)
-        }
+        files = file_records(tmp, (WEIGHTS_FILE, HISTORY_FILE))
         manifest = {
             "format": PIN_FORMAT,
             "arch": content.arch,
@@ -153,7 +147,7 @@ def write_pin(folder: Path, content: PinContent, write_files: Callable[[Path], N
             "train_seconds": round(content.train_seconds, 2),
             "run_id": content.run_id,
         }
-        atomic_write_text(tmp / PIN_MANIFEST, json.dumps(manifest, indent=2, sort_keys=True) + "\n", fsync=True)
+        write_manifest(tmp / PIN_MANIFEST, manifest)
         old = None
         if folder.exists():
             old = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}.old")
