@@ -17,83 +17,123 @@ __all__ = [
     "EXACT",
     "FLOAT16",
     "FLOAT32",
+    "LSE_RTOL",
+    "TOLERANCE_FIELDS",
     "TRAINING",
     "TRAINING_LOSS",
     "Overrides",
     "ToleranceArgs",
     "Tolerances",
+    "canonical_dtype",
     "default_tolerances",
+    "dtype_change",
     "resolve",
     "same",
     "tolerances_for",
 ]
 
 
+TOLERANCE_FIELDS = ("atol", "rtol", "tie_tol", "lse_rtol")
+"""The fields of `Tolerances` a user may set (ini options ``genguard_<field>``, the `genguard` marker, the CLI)."""
+
+
 class ToleranceArgs(TypedDict, total=False):
     """The tolerance keywords of `compare()` and `verify()`: `tolerances` replaces the dtype default as the base,
-    `atol`/`rtol`/`tie_tol` override single fields of it."""
+    `atol`/`rtol`/`tie_tol`/`lse_rtol` override single fields of it; `allow_dtype_change` lets traces of two dtypes
+    pass (they fail otherwise, whatever their values)."""
 
     atol: float | None
     rtol: float | None
     tie_tol: float | None
+    lse_rtol: float | None
     tolerances: Tolerances | None
+    allow_dtype_change: bool | None
 
 
 @dataclass(frozen=True)
 class Tolerances:
     """How far two traces may drift and still count as the same behaviour.
 
-    `atol`/`rtol` bound each logprob/score difference: ``|a - b| <= atol + rtol * max(|a|, |b|)`` (symmetric, unlike
-    numpy's ``rtol * |b|``, so that ``compare(a, b)`` and ``compare(b, a)`` agree). `tie_tol` bounds the logprob gap
-    between the two tokens at a split for it to count as a near tie; ``tie_tol=0`` tolerates no split at all.
+    Each logprob/score pair of a step may differ by ``atol + rtol * max(|a|, |b|) + lse_rtol * scale``, where `scale`
+    is the step's log-sum-exp magnitude (`Step.lse`, the larger of the two sides; 0 for traces that lack it, which
+    then meet the rule of pytest-genguard 0.1). Symmetric, unlike numpy's ``rtol * |b|``, so that ``compare(a, b)``
+    and ``compare(b, a)`` agree. `rtol` follows the drift that the network propagates into logit gaps (it grows with
+    the logprob); `lse_rtol` the float32 rounding of ``logprob = logit - lse``, which happens at the scale of the
+    logits however confident the token (see README, "The comparison rule"). `tie_tol` bounds the logprob gap between
+    the two tokens at a split for it to count as a near tie (`near_tie`); ``tie_tol=0`` tolerates no split at all.
     """
 
     atol: float
     rtol: float
     tie_tol: float
+    lse_rtol: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("atol", "rtol", "tie_tol"):
+        for name in ("atol", "rtol", "tie_tol", "lse_rtol"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"Tolerances: {name} must be a number >= 0, got {value!r}")
 
     def replace(
-        self, *, atol: float | None = None, rtol: float | None = None, tie_tol: float | None = None
+        self,
+        *,
+        atol: float | None = None,
+        rtol: float | None = None,
+        tie_tol: float | None = None,
+        lse_rtol: float | None = None,
     ) -> Tolerances:
         """A copy with the given fields overridden (None keeps the current value)."""
         return Tolerances(
             atol=self.atol if atol is None else atol,
             rtol=self.rtol if rtol is None else rtol,
             tie_tol=self.tie_tol if tie_tol is None else tie_tol,
+            lse_rtol=self.lse_rtol if lse_rtol is None else lse_rtol,
         )
 
     def loosest(self, other: Tolerances) -> Tolerances:
         """Field-wise maximum: the tolerance for comparing traces recorded in two different dtypes."""
-        return Tolerances(max(self.atol, other.atol), max(self.rtol, other.rtol), max(self.tie_tol, other.tie_tol))
+        return Tolerances(
+            max(self.atol, other.atol),
+            max(self.rtol, other.rtol),
+            max(self.tie_tol, other.tie_tol),
+            max(self.lse_rtol, other.lse_rtol),
+        )
 
-    def allowed(self, a: float, b: float) -> float:
-        """The largest |a - b| accepted for this pair of finite values."""
-        return self.atol + self.rtol * max(abs(a), abs(b))
+    def allowed(self, a: float, b: float, scale: float = 0.0) -> float:
+        """The largest |a - b| accepted for this pair of finite values at a step of log-sum-exp magnitude `scale`."""
+        return self.atol + self.rtol * max(abs(a), abs(b)) + self.lse_rtol * scale
 
-    def close(self, a: float, b: float) -> bool:
+    def close(self, a: float, b: float, scale: float = 0.0) -> bool:
         """Whether two values agree: equal (NaN equals NaN, inf equals inf), or finite and within tolerance."""
         if same(a, b):
             return True
         if not (math.isfinite(a) and math.isfinite(b)):
             return False
-        return abs(a - b) <= self.allowed(a, b)
+        return abs(a - b) <= self.allowed(a, b, scale)
+
+    def near_tie(self, gap: float) -> bool:
+        """Whether two tokens `gap` apart in logprob are a near tie: the one rule for a tolerated split, a fragile
+        step (`record()`'s summary, `genguard show`, the HTML report) and the failure text. NaN is never one."""
+        return self.tie_tol > 0 and gap <= self.tie_tol
 
     def __str__(self) -> str:
-        return f"atol {self.atol:g}, rtol {self.rtol:g}, tie_tol {self.tie_tol:g}"
+        text = f"atol {self.atol:g}, rtol {self.rtol:g}, tie_tol {self.tie_tol:g}"
+        return text + (f", lse_rtol {self.lse_rtol:.3g}" if self.lse_rtol else "")
 
 
 EXACT = Tolerances(0.0, 0.0, 0.0)
 """Bitwise comparison, for reruns within one environment (deterministic settings on one machine)."""
 
-FLOAT32 = Tolerances(atol=1e-6, rtol=1e-4, tie_tol=1e-3)
-FLOAT16 = Tolerances(atol=5e-3, rtol=5e-3, tie_tol=0.06)
-BFLOAT16 = Tolerances(atol=1e-2, rtol=1e-2, tie_tol=0.1)
+LSE_RTOL = 4 * 2.0**-23
+"""The float32 rounding allowance per unit of a step's log-sum-exp: four float32 epsilons. genguard computes every
+logprob in float32 (``log_softmax(logits.float())``, whatever the model's dtype), and torch's kernels round
+``logit - lse`` at the scale of `lse`: each side is off by up to an ulp of |lse| plus the logits' own rounding.
+Measured (see README, "The comparison rule"): the worst cross-kernel difference was 1.5 float32 epsilons of |lse|
+beyond the rtol share (tiny llama, AVX2 vs AVX-512), 40% of this allowance on a 124M-parameter GPT-2."""
+
+FLOAT32 = Tolerances(atol=1e-6, rtol=1e-4, tie_tol=1e-3, lse_rtol=LSE_RTOL)
+FLOAT16 = Tolerances(atol=5e-3, rtol=5e-3, tie_tol=0.06, lse_rtol=LSE_RTOL)
+BFLOAT16 = Tolerances(atol=1e-2, rtol=1e-2, tie_tol=0.1, lse_rtol=LSE_RTOL)
 
 TRAINING = Tolerances(atol=0.02, rtol=0.1, tie_tol=0.5)
 """For traces recorded *during training* (a recorder history), compared across machines: training amplifies the
@@ -136,6 +176,29 @@ def tolerances_for(dtype: str | None) -> Tolerances:
         ) from None
 
 
+_CANONICAL = {FLOAT32: "float32", FLOAT16: "float16", BFLOAT16: "bfloat16"}
+
+
+def canonical_dtype(dtype: str | None) -> str | None:
+    """One spelling per dtype ("fp16", "torch.float16" -> "float16"; float64 counts as float32, whose rule it
+    meets); an unknown dtype as written, None as None."""
+    if dtype is None:
+        return None
+    try:
+        return _CANONICAL[tolerances_for(dtype)]
+    except ValueError:
+        return str(dtype)
+
+
+def dtype_change(expected: GenerationTrace, actual: GenerationTrace) -> tuple[str, str] | None:
+    """(recorded, new) dtype when the two traces were recorded in different dtypes; None when they agree or one side
+    does not say. A dtype switch is never silent: `compare()` fails it unless the caller allows it."""
+    e, a = canonical_dtype(expected.dtype), canonical_dtype(actual.dtype)
+    if e is None or a is None or e == a:
+        return None
+    return e, a
+
+
 def default_tolerances(expected: GenerationTrace, actual: GenerationTrace) -> Tolerances:
     """The loosest of the two traces' dtype defaults (symmetric); unknown dtypes fall back to bfloat16's."""
     found = []
@@ -154,23 +217,28 @@ def same(a: float, b: float) -> bool:
 
 @dataclass(frozen=True)
 class Overrides:
-    """Tolerance fields a user set (ini options, a `genguard` marker, the CLI); None keeps the base's value."""
+    """Tolerance fields a user set (ini options, a `genguard` marker, the CLI); None keeps the base's value.
+    `allow_dtype_change` (a marker's opt-in) travels with them to `compare()`."""
 
     atol: float | None = None
     rtol: float | None = None
     tie_tol: float | None = None
+    lse_rtol: float | None = None
+    allow_dtype_change: bool | None = None
 
     @classmethod
     def of(cls, values: Mapping[str, object]) -> Overrides:
         """From a mapping such as ``{"atol": 1e-4}`` (other keys and None values are ignored)."""
-        picked = {k: values.get(k) for k in ("atol", "rtol", "tie_tol")}
+        picked = {k: values.get(k) for k in TOLERANCE_FIELDS}
+        allow = values.get("allow_dtype_change")
         return cls(
-            **{k: float(v) for k, v in picked.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            **{k: float(v) for k, v in picked.items() if isinstance(v, (int, float)) and not isinstance(v, bool)},
+            allow_dtype_change=allow if isinstance(allow, bool) else None,
         )
 
     def on(self, base: Tolerances) -> Tolerances:
         """`base` with these fields in place of its own."""
-        return base.replace(atol=self.atol, rtol=self.rtol, tie_tol=self.tie_tol)
+        return base.replace(atol=self.atol, rtol=self.rtol, tie_tol=self.tie_tol, lse_rtol=self.lse_rtol)
 
     def over(self, other: Overrides) -> Overrides:
         """These overrides on top of `other` (a field set here wins)."""
@@ -178,15 +246,23 @@ class Overrides:
             atol=other.atol if self.atol is None else self.atol,
             rtol=other.rtol if self.rtol is None else self.rtol,
             tie_tol=other.tie_tol if self.tie_tol is None else self.tie_tol,
+            lse_rtol=other.lse_rtol if self.lse_rtol is None else self.lse_rtol,
+            allow_dtype_change=other.allow_dtype_change if self.allow_dtype_change is None else self.allow_dtype_change,
         )
 
     def args(self) -> ToleranceArgs:
         """As `compare()` keywords."""
-        return {"atol": self.atol, "rtol": self.rtol, "tie_tol": self.tie_tol}
+        return {
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "tie_tol": self.tie_tol,
+            "lse_rtol": self.lse_rtol,
+            "allow_dtype_change": self.allow_dtype_change,
+        }
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | bool]:
         """The fields that are set (JSON-able)."""
-        return {k: v for k, v in (("atol", self.atol), ("rtol", self.rtol), ("tie_tol", self.tie_tol)) if v is not None}
+        return {k: v for k in (*TOLERANCE_FIELDS, "allow_dtype_change") if (v := getattr(self, k)) is not None}
 
     def __bool__(self) -> bool:
         return bool(self.as_dict())
@@ -196,4 +272,6 @@ def resolve(default: Tolerances, args: ToleranceArgs) -> Tolerances:
     """The tolerances `compare()`/`verify()` keywords ask for: `tolerances` (else `default`) with the single fields
     on top."""
     base = args.get("tolerances") or default
-    return base.replace(atol=args.get("atol"), rtol=args.get("rtol"), tie_tol=args.get("tie_tol"))
+    return base.replace(
+        atol=args.get("atol"), rtol=args.get("rtol"), tie_tol=args.get("tie_tol"), lse_rtol=args.get("lse_rtol")
+    )

@@ -242,11 +242,12 @@ def alternative_texts(prompts: Sequence[PromptTrace], texts: dict[int, str]) -> 
 # Steps are processed as (steps, batch, vocab) blocks: a handful of tensor operations per block instead of eight per
 # step (their fixed cost dominated record() for small models), in chunks so memory stays bounded for large vocabularies.
 _CHUNK_ELEMENTS = 1 << 24
-_FIELDS = ("chosen_logprob", "score", "best", "top_vals", "top_ids")
+_FIELDS = ("chosen_logprob", "lse", "score", "best", "top_vals", "top_ids")
 
 
 def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]:
-    """Per step, for each prompt's returned path: chosen raw logprob, processed score, best score and raw top-k."""
+    """Per step, for each prompt's returned path: chosen raw logprob, the log-sum-exp of the raw logits, processed
+    score, best score and raw top-k."""
     import torch
 
     logits: tuple[torch.Tensor, ...] = out.logits
@@ -271,7 +272,10 @@ def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]
         raw = torch.log_softmax(raw_logits.float(), dim=-1)
         chosen = seq[:, span.start : span.stop].T[:, :, None]
         top_vals, top_ids = raw.topk(k, dim=-1)
-        parts["chosen_logprob"].append(raw.gather(2, chosen).squeeze(2))
+        chosen_logprob = raw.gather(2, chosen).squeeze(2)
+        parts["chosen_logprob"].append(chosen_logprob)
+        # logit - logprob: the step's log-sum-exp (the comparison rule's scale) without another pass over the vocab.
+        parts["lse"].append(raw_logits.float().gather(2, chosen).squeeze(2) - chosen_logprob)
         parts["score"].append(processed.gather(2, chosen).squeeze(2))
         parts["best"].append(processed.max(dim=-1).values)
         parts["top_vals"].append(top_vals)
@@ -344,6 +348,7 @@ def prompt_trace(
                 top_ids=tuple(s["top_ids"][b]),
                 top_logprobs=tuple(s["top_vals"][b]),
                 best_score=s["best"][b],
+                lse=s["lse"][b],
             )
         )
         if int(token_id) in eos:

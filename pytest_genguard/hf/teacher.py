@@ -300,6 +300,7 @@ def teacher_force_with_preferences(
         processed = apply_along_path(processors, logits, sequences, batch.start) if len(processors) else logits
         raw = torch.log_softmax(logits, dim=-1)
         top_vals, top_ids = raw.topk(min(top_k, raw.shape[-1]), dim=-1)
+        lse = torch.logsumexp(logits, dim=-1)  # the comparison rule's per-step scale (Step.lse)
         argmax = processed.argmax(dim=-1, keepdim=True)  # as generate() picks a greedy token
         chosen = sequences[:, batch.start :].unsqueeze(-1)
         # One device->host transfer per field; the values are float32, as traces store them.
@@ -309,6 +310,7 @@ def teacher_force_with_preferences(
             "best": processed.gather(-1, argmax).squeeze(-1).cpu().tolist(),
             "argmax": argmax.squeeze(-1).cpu().tolist(),
             "argmax_logprob": raw.gather(-1, argmax).squeeze(-1).cpu().tolist(),
+            "lse": lse.cpu().tolist(),
             "top_vals": top_vals.cpu().tolist(),
             "top_ids": top_ids.cpu().tolist(),
         }
@@ -354,7 +356,7 @@ def _forced_prompt(
     finish = p.finish_reason
     preference = None
     # The values come from float32 tensors (see teacher_force_with_preferences): float32 already, no re-rounding.
-    logprobs, scores, bests = values["logprob"][b], values["score"][b], values["best"][b]
+    logprobs, scores, bests, lses = values["logprob"][b], values["score"][b], values["best"][b], values["lse"][b]
     top_ids, top_vals, argmax = values["top_ids"][b], values["top_vals"][b], values["argmax"][b]
     for t, recorded in enumerate(p.steps):
         top = (tuple(top_ids[t]), tuple(top_vals[t]))
@@ -371,6 +373,7 @@ def _forced_prompt(
                     top_ids=top[0],
                     top_logprobs=top[1],
                     best_score=best,
+                    lse=lses[t],
                 )
             )
             preference = Preference(
@@ -395,6 +398,7 @@ def _forced_prompt(
                 top_ids=top[0],
                 top_logprobs=top[1],
                 best_score=best,
+                lse=lses[t],
             )
         )
     forced = PromptTrace(prompt=p.prompt, prompt_ids=prompt_ids, steps=tuple(steps), finish_reason=finish, text=p.text)
