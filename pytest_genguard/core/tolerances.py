@@ -4,6 +4,7 @@ tolerance, and the per-test overrides (ini options, the `genguard` marker, `--at
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,12 +25,16 @@ __all__ = [
     "Overrides",
     "ToleranceArgs",
     "Tolerances",
+    "begin_in_force",
     "canonical_dtype",
     "default_tolerances",
     "dtype_change",
+    "dtype_default",
+    "end_in_force",
     "resolve",
     "same",
     "tolerances_for",
+    "tolerances_in_force",
 ]
 
 
@@ -199,15 +204,18 @@ def dtype_change(expected: GenerationTrace, actual: GenerationTrace) -> tuple[st
     return e, a
 
 
+def dtype_default(dtype: str | None) -> Tolerances:
+    """`tolerances_for(dtype)`, with bfloat16's (the loosest) for a dtype it does not know: for reading a trace
+    rather than for a caller's argument."""
+    try:
+        return tolerances_for(dtype)
+    except ValueError:
+        return BFLOAT16
+
+
 def default_tolerances(expected: GenerationTrace, actual: GenerationTrace) -> Tolerances:
     """The loosest of the two traces' dtype defaults (symmetric); unknown dtypes fall back to bfloat16's."""
-    found = []
-    for dtype in (expected.dtype, actual.dtype):
-        try:
-            found.append(tolerances_for(dtype))
-        except ValueError:
-            found.append(BFLOAT16)
-    return found[0].loosest(found[1])
+    return dtype_default(expected.dtype).loosest(dtype_default(actual.dtype))
 
 
 def same(a: float, b: float) -> bool:
@@ -275,3 +283,22 @@ def resolve(default: Tolerances, args: ToleranceArgs) -> Tolerances:
     return base.replace(
         atol=args.get("atol"), rtol=args.get("rtol"), tie_tol=args.get("tie_tol"), lse_rtol=args.get("lse_rtol")
     )
+
+
+_IN_FORCE: contextvars.ContextVar[Overrides] = contextvars.ContextVar("genguard_tolerances", default=Overrides())
+
+
+def begin_in_force(overrides: Overrides) -> contextvars.Token[Overrides]:
+    """Make `overrides` (the running test's ini options and marker) the tolerances in force (the plugin does)."""
+    return _IN_FORCE.set(overrides)
+
+
+def end_in_force(token: contextvars.Token[Overrides]) -> None:
+    _IN_FORCE.reset(token)
+
+
+def tolerances_in_force(dtype: str | None) -> Tolerances:
+    """The tolerances a trace of `dtype` is read with where no comparison names them: its dtype default with the
+    running test's overrides on top. What `record()` calls a fragile step (`Tolerances.near_tie` of its margin) is
+    what the test's own comparison would call a near tie."""
+    return _IN_FORCE.get().on(dtype_default(dtype))
