@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from pytest_genguard.core.comparison import Comparison
+from pytest_genguard.core.environments import logprobs_epsilon
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.tolerances import (
@@ -81,7 +82,8 @@ class _PromptRun:
     tol: Tolerances
     differs: bool = False  # some compared value or the top-k order is not bitwise equal
     failure: tuple[DivergenceKind, str] | None = None  # first value beyond tolerance in the current step
-    scale: float = 0.0  # the current step's log-sum-exp magnitude (`step_scale`)
+    epsilon: float = 0.0  # of the coarser dtype the two traces' logprobs were computed in
+    rounding: float = 0.0  # the current step's: epsilon * |lse| (`step_scale`)
 
     def check(self, a: float, b: float, step: int, where: str, kind: DivergenceKind, label: str) -> None:
         """Compare one value pair, record statistics and the step's first failure."""
@@ -93,7 +95,7 @@ class _PromptRun:
         finite = math.isfinite(a) and math.isfinite(b)
         # Not equal and not both finite (NaN vs number, inf vs number): an infinite error, never within tolerance.
         diff = abs(a - b) if finite else math.inf
-        allowed = self.tol.allowed(a, b, self.scale) if finite else 0.0
+        allowed = self.tol.allowed(a, b, self.rounding) if finite else 0.0
         scale = max(abs(a), abs(b)) if finite else math.inf
         st.sum_abs += diff
         st.max_rel = max(st.max_rel, diff / scale if finite else math.inf)
@@ -116,7 +118,7 @@ def _pair(a: float, b: float) -> str:
 
 
 def step_scale(e: Step, a: Step) -> float:
-    """The log-sum-exp magnitude a step's allowance grows with (`Tolerances.lse_rtol`): the larger of the two sides'
+    """The log-sum-exp magnitude a step's allowance grows with (`Tolerances.lse_ulps`): the larger of the two sides'
     `Step.lse`, the side that has one when only one does (a snapshot of pytest-genguard 0.1 against a new run), 0
     when neither does (the rule of 0.1) or it is not finite."""
     known = [abs(x) for x in (e.lse, a.lse) if x is not None and math.isfinite(x)]
@@ -125,7 +127,7 @@ def step_scale(e: Step, a: Step) -> float:
 
 def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
     """Compare the values of a step where both sides chose the same token."""
-    run.scale = step_scale(e, a)
+    run.rounding = run.epsilon * step_scale(e, a)
     run.check(e.logprob, a.logprob, s, "logprob", "logprob", "logprob")
     run.check(e.score, a.score, s, "score", "logprob", "score")
     if e.top_ids != a.top_ids:
@@ -220,13 +222,13 @@ def _divergence(
 
 
 def _compare_prompt(
-    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats
+    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats, epsilon: float
 ) -> tuple[Verdict, Divergence | None]:
     """Walk one prompt's common prefix; return its verdict and its first divergence."""
     if e.prompt_ids != a.prompt_ids:
         detail = f"prompt_ids {_ids(e.prompt_ids)} vs {_ids(a.prompt_ids)}"
         return Verdict.REGRESSION, _divergence(i, e, 0, "prompt", None, None, detail)
-    run = _PromptRun(i, stats, tol)
+    run = _PromptRun(i, stats, tol, epsilon=epsilon)
     n = min(len(e.steps), len(a.steps))
     for s in range(n):
         es, as_ = e.steps[s], a.steps[s]
@@ -368,6 +370,7 @@ def compare(
         if not isinstance(value, GenerationTrace):
             raise TypeError(f"compare: {name} must be a GenerationTrace, got {type(value).__name__}")
     tol = resolve(default_tolerances(expected, actual), tolerances)
+    epsilon = max(logprobs_epsilon(expected.environment), logprobs_epsilon(actual.environment))
     stats = _Stats()
     divergences: list[Divergence] = []
     verdicts: list[Verdict | None] = []
@@ -375,7 +378,7 @@ def compare(
         if e.prompt != a.prompt:
             verdicts.append(None)
             continue
-        verdict, div = _compare_prompt(i, e, a, tol, stats)
+        verdict, div = _compare_prompt(i, e, a, tol, stats, epsilon)
         verdicts.append(verdict)
         if div is not None:
             divergences.append(div)

@@ -67,7 +67,7 @@ class Step:
     do not repeat every score."""
     lse: float | None = None
     """The log-sum-exp of the step's raw logits (logprob = logit - lse): the scale at which float32 rounds every
-    logprob of the step, which the comparison rule's allowance grows with (`Tolerances.lse_rtol`). None in traces
+    logprob of the step, which the comparison rule's allowance grows with (`Tolerances.lse_ulps`). None in traces
     of pytest-genguard 0.1, which are compared with the rule of that version."""
 
     def __post_init__(self) -> None:

@@ -245,6 +245,36 @@ _CHUNK_ELEMENTS = 1 << 24
 _FIELDS = ("chosen_logprob", "lse", "score", "best", "top_vals", "top_ids")
 
 
+@dataclass(frozen=True)
+class Float64LogSoftmax:
+    """Raw logprobs computed in float64 and stored as float32, for `record()` and `verify()` alike.
+
+    float32 rounds ``logit - lse`` at the scale of the logits (an ulp of 13 is 1e-6, more than a confident token's
+    whole float32 allowance), and kernel sets that round differently (AVX2 and AVX-512) made that rounding read as a
+    changed model. In float64 the only rounding left is the final one to float32, at the scale of the logprob.
+    """
+
+    logits: torch.Tensor  # [..., V] float32 logits (topk reads these: the same order as the logprobs)
+    logits64: torch.Tensor
+    lse: torch.Tensor  # [...] float64 log-sum-exp
+
+    @classmethod
+    def of(cls, logits: torch.Tensor) -> Float64LogSoftmax:
+        import torch
+
+        logits64 = logits.double()
+        return cls(logits.float(), logits64, torch.logsumexp(logits64, dim=-1))
+
+    def at(self, index: torch.Tensor) -> torch.Tensor:
+        """The logprobs of the ids in `index` ([..., 1]) as float32, the last dimension squeezed."""
+        return (self.logits64.gather(-1, index).squeeze(-1) - self.lse).float()
+
+    def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top-k logprobs (float32) and their ids."""
+        values, ids = self.logits.topk(k, dim=-1)
+        return (values.double() - self.lse.unsqueeze(-1)).float(), ids
+
+
 def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]:
     """Per step, for each prompt's returned path: chosen raw logprob, the log-sum-exp of the raw logits, processed
     score, best score and raw top-k."""
@@ -269,13 +299,11 @@ def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]
         else:
             raw_logits = torch.stack([logits[t][:batch_size] for t in span])
             processed = torch.stack([scores[t][:batch_size] for t in span]).float()
-        raw = torch.log_softmax(raw_logits.float(), dim=-1)
+        soft = Float64LogSoftmax.of(raw_logits)
         chosen = seq[:, span.start : span.stop].T[:, :, None]
-        top_vals, top_ids = raw.topk(k, dim=-1)
-        chosen_logprob = raw.gather(2, chosen).squeeze(2)
-        parts["chosen_logprob"].append(chosen_logprob)
-        # logit - logprob: the step's log-sum-exp (the comparison rule's scale) without another pass over the vocab.
-        parts["lse"].append(raw_logits.float().gather(2, chosen).squeeze(2) - chosen_logprob)
+        top_vals, top_ids = soft.top(k)
+        parts["chosen_logprob"].append(soft.at(chosen))
+        parts["lse"].append(soft.lse.float())
         parts["score"].append(processed.gather(2, chosen).squeeze(2))
         parts["best"].append(processed.max(dim=-1).values)
         parts["top_vals"].append(top_vals)

@@ -85,8 +85,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "genguard_tie_tol", "logprob gap under which a divergence is a near tie (default: by dtype)", default=""
     )
     parser.addini(
-        "genguard_lse_rtol",
-        "allowance per unit of a step's log-sum-exp, for float32 rounding (default: 4 float32 epsilons)",
+        "genguard_lse_ulps",
+        "rounding allowance in epsilons of the logprobs' dtype times each step's log-sum-exp (default: 8)",
         default="",
     )
     parser.addini("genguard_cache_dir", "where fine-tuned models are cached (default: pytest's cache dir)", default="")
@@ -100,7 +100,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "genguard(atol=None, rtol=None, tie_tol=None, lse_rtol=None, allow_nonfinite=False, allow_dtype_change=False): "
+        "genguard(atol=None, rtol=None, tie_tol=None, lse_ulps=None, allow_nonfinite=False, allow_dtype_change=False): "
         "per-test tolerances for genguard comparisons; allow_nonfinite=True lets a snapshot hold NaN/inf logprobs or "
         "scores; allow_dtype_change=True lets a snapshot of one dtype judge a run in another.",
     )

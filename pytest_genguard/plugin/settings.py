@@ -34,7 +34,7 @@ __all__ = [
     "worker_index",
 ]
 
-TOLERANCE_EXAMPLES = {"atol": "1e-6", "rtol": "1e-4", "tie_tol": "1e-3", "lse_rtol": "4.8e-7"}
+TOLERANCE_EXAMPLES = {"atol": "1e-6", "rtol": "1e-4", "tie_tol": "1e-3", "lse_ulps": "8"}
 """An example value per tolerance (the float32 defaults), for messages."""
 
 
@@ -125,14 +125,14 @@ class Settings:
     atol: float | None = None
     rtol: float | None = None
     tie_tol: float | None = None
-    lse_rtol: float | None = None
+    lse_ulps: float | None = None
     cache_dir: Path | None = None
     rootdir: Path = field(default_factory=Path.cwd)
     pin_dir: Path = field(default_factory=lambda: Path.cwd() / "__genguard_pins__")
 
     def tolerance_overrides(self) -> Overrides:
         """The ini tolerances that are set (the rest come from the dtype defaults)."""
-        return Overrides(atol=self.atol, rtol=self.rtol, tie_tol=self.tie_tol, lse_rtol=self.lse_rtol)
+        return Overrides(atol=self.atol, rtol=self.rtol, tie_tol=self.tie_tol, lse_ulps=self.lse_ulps)
 
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -197,7 +197,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         atol=tolerance_ini(config, "genguard_atol"),
         rtol=tolerance_ini(config, "genguard_rtol"),
         tie_tol=tolerance_ini(config, "genguard_tie_tol"),
-        lse_rtol=tolerance_ini(config, "genguard_lse_rtol"),
+        lse_ulps=tolerance_ini(config, "genguard_lse_ulps"),
         cache_dir=_cache_dir(config),
         rootdir=config.rootpath,
         pin_dir=config.rootpath / str(config.getini("genguard_pin_dir") or "__genguard_pins__"),
