@@ -79,7 +79,8 @@ def test_a_class_marker_applies_and_the_method_marker_wins_per_key(recorded: pyt
         ("allow_nonfinite='yes'", "allow_nonfinite='yes' is not True or False"),
         (
             "1e-3",
-            "takes keyword arguments only (atol=, rtol=, tie_tol=, lse_ulps=, allow_nonfinite=, allow_dtype_change=); got (0.001,)",
+            "takes keyword arguments only (atol=, rtol=, tie_tol=, lse_ulps=, allow_nonfinite=, "
+            "allow_dtype_change=); got (0.001,)",
         ),
     ],
     ids=["unknown-key", "string", "negative", "bool", "infinite", "allow-nonfinite-not-bool", "positional"],
