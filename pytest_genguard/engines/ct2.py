@@ -19,7 +19,13 @@ def convert(model_dir: Path, out: Path) -> None:
     """`ct2-transformers-converter --model <model_dir> --quantization float32`, into `out` (model.bin,
     config.json, vocabulary.json)."""
     converter = ctranslate2.converters.TransformersConverter(str(model_dir))
-    converter.convert(str(out), quantization="float32", force=True)
+    try:
+        converter.convert(str(out), quantization="float32", force=True)
+    except ValueError as exc:  # e.g. "Vocabulary has size 1": it reads the vocabulary from the saved tokenizer
+        raise ValueError(
+            f"genguard engines: CTranslate2 could not convert {model_dir} ({exc}); its converter needs the tokenizer "
+            "saved in the same folder: tokenizer.save_pretrained(folder)"
+        ) from exc
 
 
 def load(converted: Path) -> Logits:

@@ -9,6 +9,7 @@ could be baked in as constants. Each sequence is run on its own (batch 1, no pad
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +54,8 @@ def convert(model_dir: Path, out: Path) -> None:
     model.eval()
     example = (torch.tensor([[0, 1, 2, 3]]), torch.arange(4)[None])
     axes = {0: "batch", 1: "sequence"}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's tracer and deprecation notes: about its own internals
         torch.onnx.export(
             _wrapped(model),
             example,
