@@ -53,7 +53,7 @@ def genguard_snapshot(snapshot: SnapshotAssertion, request: pytest.FixtureReques
 def genguard_engine(pytestconfig: pytest.Config) -> Callable[[str], Engine]:
     """Factory: `genguard_engine("ctranslate2")` is a serving engine (`pytest_genguard.engines`) converting into
     genguard's cache folder; a test whose engine is not installed is skipped with the command that installs it."""
-    from pytest_genguard.engines import Engine, EngineUnavailable, engine
+    from pytest_genguard.engines import EngineUnavailable, engine
     from pytest_genguard.plugin.finetune_fixture import cache_dir_for
 
     def genguard_engine(name: str) -> Engine:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import reference
+from engine_support import reference
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import environment_line
@@ -38,7 +38,9 @@ def test_ctranslate2_with_another_layer_norm_epsilon_regresses(
     config["layer_norm_epsilon"] = 1e-3  # the converter wrote the model's 1e-5 (gpt2) / 1e-6 (llama)
     (bad / "config.json").write_text(json.dumps(config))
     expected = reference(arch, "greedy")
-    _assert_regressed_at_first_step(expected, engine.record(saved[arch], reference=expected, converted=bad), "ctranslate2")
+    _assert_regressed_at_first_step(
+        expected, engine.record(saved[arch], reference=expected, converted=bad), "ctranslate2"
+    )
 
 
 @pytest.mark.parametrize(("arch", "tensor"), [("gpt2", "attn.c_attn.bias"), ("llama", "input_layernorm.weight")])
@@ -56,4 +58,6 @@ def test_onnxruntime_with_a_perturbed_tensor_regresses(
     target.CopyFrom(numpy_helper.from_array(perturbed, target.name))
     onnx.save(graph, str(bad / "model.onnx"))
     expected = reference(arch, "greedy")
-    _assert_regressed_at_first_step(expected, engine.record(saved[arch], reference=expected, converted=bad), "onnxruntime")
+    _assert_regressed_at_first_step(
+        expected, engine.record(saved[arch], reference=expected, converted=bad), "onnxruntime"
+    )

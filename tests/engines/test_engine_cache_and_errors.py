@@ -1,6 +1,7 @@
 """Conversions are cached by the weights' fingerprint; a missing engine, an unknown name or a wrong folder say what
 to do."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -8,15 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import reference
+from engine_support import reference
 
 from pytest_genguard.engines import EngineUnavailable, engine
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 
 
 def test_a_conversion_is_built_once_per_weights(genguard_engine: Any, saved: dict[str, Path], tmp_path: Path) -> None:
-    ct2 = genguard_engine("ctranslate2")
+    ct2 = dataclasses.replace(genguard_engine("ctranslate2"), cache_dir=tmp_path / "cache")  # an empty cache
     first = ct2.convert(saved["gpt2"])
+    assert first.parent == tmp_path / "cache" / "engines" / "ctranslate2"
     build_id = json.loads((first / "manifest.json").read_text())["build_id"]
     assert ct2.convert(saved["gpt2"]) == first
     assert json.loads((first / "manifest.json").read_text())["build_id"] == build_id  # not rebuilt

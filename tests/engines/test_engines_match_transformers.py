@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MODES, reference
+from engine_support import MODES, reference
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.verdict import Verdict

@@ -73,4 +73,6 @@ def test_a_missing_engine_skips_with_its_install_command(served: pytest.Pytester
     served.makeconftest("import sys\nsys.modules['ctranslate2'] = None  # as if the extra were not installed\n")
     result = served.runpytest("-p", "no:randomly", "-rs", "--snapshot-update")  # in-process: no engine is loaded
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(['*SKIPPED*genguard engine *ctranslate2* pip install "pytest-genguard[[]ctranslate2[]]"*'])
+    result.stdout.fnmatch_lines(
+        ['*SKIPPED*genguard engine *ctranslate2* pip install "pytest-genguard[[]ctranslate2[]]"*']
+    )
