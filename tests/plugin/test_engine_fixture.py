@@ -4,6 +4,9 @@ transformers snapshot through the snapshot fixture, failing like any other snaps
 from __future__ import annotations
 
 import pytest
+from snapshot_support import QUIET, snapshot_path
+
+import pytest_genguard
 
 pytest.importorskip("ctranslate2", reason='the engine tests need pip install "pytest-genguard[ctranslate2]"')
 
@@ -53,11 +56,19 @@ def served(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest
 
 
 def test_an_engine_is_judged_by_the_transformers_snapshot(served: pytest.Pytester) -> None:
-    recorded = served.runpytest_subprocess("-p", "no:randomly", "--snapshot-update")
-    recorded.assert_outcomes(passed=1)
-    recorded.stdout.fnmatch_lines(["snapshots: 1 matched, 0 tolerated divergences, 0 stale, 0 regressed, 1 created"])
+    # The transformers snapshot, as --snapshot-update would write it (recorded here: one inner run less).
+    tested = pytest_genguard.record(
+        pytest_genguard.tiny_model("gpt2"),
+        pytest_genguard.tiny_tokenizer(),
+        ["the quick", "once upon a"],
+        max_new_tokens=12,
+        top_k=5,
+    )
+    snapshot = snapshot_path(served, "test_served[transformers]", module="test_served")
+    snapshot.parent.mkdir(parents=True)
+    snapshot.write_text(tested.to_json(), encoding="utf-8")
     (served.path / "epsilon").touch()
-    broken = served.runpytest_subprocess("-p", "no:randomly", "-vv")
+    broken = served.runpytest_subprocess(*QUIET, "-p", "no:randomly", "-vv")
     broken.assert_outcomes(failed=1)
     broken.stdout.fnmatch_lines(
         [
@@ -67,11 +78,14 @@ def test_an_engine_is_judged_by_the_transformers_snapshot(served: pytest.Pyteste
         ]
     )
     broken.stdout.fnmatch_lines(["snapshots: 1 matched, 0 tolerated divergences, 0 stale, 1 regressed"])
+    assert snapshot.read_text(encoding="utf-8") == tested.to_json()  # a regression never rewrites the snapshot
+    (served.path / "epsilon").unlink()
+    served.runpytest_subprocess(*QUIET, "-p", "no:randomly").assert_outcomes(passed=1)  # the right conversion holds
 
 
 def test_a_missing_engine_skips_with_its_install_command(served: pytest.Pytester) -> None:
     served.makeconftest("import sys\nsys.modules['ctranslate2'] = None  # as if the extra were not installed\n")
-    result = served.runpytest("-p", "no:randomly", "-rs", "--snapshot-update")  # in-process: no engine is loaded
+    result = served.runpytest_subprocess(*QUIET, "-p", "no:randomly", "-rs", "--snapshot-update")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(
         ['*SKIPPED*genguard engine *ctranslate2* pip install "pytest-genguard[[]ctranslate2[]]"*']
