@@ -38,6 +38,11 @@ class Comparison:
     expected: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
     actual: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
     prompt_verdicts: tuple[Verdict | None, ...] = ()
+    dtype_change: tuple[str, str] | None = None
+    """(recorded, new) dtype when the traces' dtypes differ (see `tolerances.dtype_change`)."""
+    dtype_change_allowed: bool = False
+    values_verdict: Verdict | None = None
+    """What the values alone concluded, where a dtype switch the test did not allow turned it into a regression."""
 
     def __bool__(self) -> bool:
         return self.verdict.ok
@@ -155,9 +160,31 @@ def fix_command(cmp: Comparison, fix: str | None = None) -> str | None:
     return None
 
 
+ALLOW_DTYPE_CHANGE = (
+    "if the switch is intended, mark the test @pytest.mark.genguard(allow_dtype_change=True), or keep a baseline per "
+    "dtype: pytest --genguard-baselines per-env --snapshot-update"
+)
+
+
 def summary_line(cmp: Comparison, *, fix: str | None = None) -> str:
-    """The verdict and the first divergence in one sentence: the line pytest always shows."""
-    verdict = cmp.verdict
+    """The verdict and the first divergence in one sentence: the line pytest always shows. A dtype switch comes
+    right after the verdict: it decides how every value was judged, and it fails unless the test allows it."""
+    line = _verdict_line(cmp, cmp.verdict, fix)
+    if cmp.dtype_change is None:
+        return line
+    old, new = cmp.dtype_change
+    head = f"dtype changed {old} -> {new}, judged under the looser dtype's tolerances ({cmp.tolerances})"
+    if cmp.dtype_change_allowed:
+        return f"{cmp.verdict}: {head}, allowed by the test; {line}"
+    if cmp.values_verdict is not None:
+        held = _verdict_line(cmp, cmp.values_verdict, fix)
+        return f"{cmp.verdict}: {head}; the values hold ({held}) but the test does not allow a dtype switch; " + (
+            ALLOW_DTYPE_CHANGE
+        )
+    return f"{cmp.verdict}: {head}; {line}"
+
+
+def _verdict_line(cmp: Comparison, verdict: Verdict, fix: str | None) -> str:
     if verdict is Verdict.STALE:
         return f"stale: {'; '.join(cmp.stale_reasons)}; if intended, re-record with: {fix_command(cmp, fix)}"
     if verdict is Verdict.IDENTICAL:

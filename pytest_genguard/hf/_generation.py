@@ -244,11 +244,42 @@ def alternative_texts(prompts: Sequence[PromptTrace], texts: dict[int, str]) -> 
 # Steps are processed as (steps, batch, vocab) blocks: a handful of tensor operations per block instead of eight per
 # step (their fixed cost dominated record() for small models), in chunks so memory stays bounded for large vocabularies.
 _CHUNK_ELEMENTS = 1 << 24
-_FIELDS = ("chosen_logprob", "score", "best", "top_vals", "top_ids")
+_FIELDS = ("chosen_logprob", "lse", "score", "best", "top_vals", "top_ids")
+
+
+@dataclass(frozen=True)
+class Float64LogSoftmax:
+    """Raw logprobs computed in float64 and stored as float32, for `record()` and `verify()` alike.
+
+    float32 rounds ``logit - lse`` at the scale of the logits (an ulp of 13 is 1e-6, more than a confident token's
+    whole float32 allowance), and kernel sets that round differently (AVX2 and AVX-512) made that rounding read as a
+    changed model. In float64 the only rounding left is the final one to float32, at the scale of the logprob.
+    """
+
+    logits: torch.Tensor  # [..., V] float32 logits (topk reads these: the same order as the logprobs)
+    logits64: torch.Tensor
+    lse: torch.Tensor  # [...] float64 log-sum-exp
+
+    @classmethod
+    def of(cls, logits: torch.Tensor) -> Float64LogSoftmax:
+        import torch
+
+        logits64 = logits.double()
+        return cls(logits.float(), logits64, torch.logsumexp(logits64, dim=-1))
+
+    def at(self, index: torch.Tensor) -> torch.Tensor:
+        """The logprobs of the ids in `index` ([..., 1]) as float32, the last dimension squeezed."""
+        return (self.logits64.gather(-1, index).squeeze(-1) - self.lse).float()
+
+    def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top-k logprobs (float32) and their ids."""
+        values, ids = self.logits.topk(k, dim=-1)
+        return (values.double() - self.lse.unsqueeze(-1)).float(), ids
 
 
 def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]:
-    """Per step, for each prompt's returned path: chosen raw logprob, processed score, best score and raw top-k."""
+    """Per step, for each prompt's returned path: chosen raw logprob, the log-sum-exp of the raw logits, processed
+    score, best score and raw top-k."""
     import torch
 
     logits: tuple[torch.Tensor, ...] = out.logits
@@ -270,10 +301,11 @@ def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]
         else:
             raw_logits = torch.stack([logits[t][:batch_size] for t in span])
             processed = torch.stack([scores[t][:batch_size] for t in span]).float()
-        raw = torch.log_softmax(raw_logits.float(), dim=-1)
+        soft = Float64LogSoftmax.of(raw_logits)
         chosen = seq[:, span.start : span.stop].T[:, :, None]
-        top_vals, top_ids = raw.topk(k, dim=-1)
-        parts["chosen_logprob"].append(raw.gather(2, chosen).squeeze(2))
+        top_vals, top_ids = soft.top(k)
+        parts["chosen_logprob"].append(soft.at(chosen))
+        parts["lse"].append(soft.lse.float())
         parts["score"].append(processed.gather(2, chosen).squeeze(2))
         parts["best"].append(processed.max(dim=-1).values)
         parts["top_vals"].append(top_vals)
@@ -346,6 +378,7 @@ def prompt_trace(
                 top_ids=tuple(s["top_ids"][b]),
                 top_logprobs=tuple(s["top_vals"][b]),
                 best_score=s["best"][b],
+                lse=s["lse"][b],
             )
         )
         if int(token_id) in eos:

@@ -7,6 +7,7 @@ import platform
 import sys
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core.environments import LOGPROBS_FIELD
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.hf.fingerprint import has_parameters, model_dtype
 
@@ -76,6 +77,7 @@ def environment(
         "num_threads": int(t.get_num_threads()),
         "deterministic_algorithms": bool(t.are_deterministic_algorithms_enabled()),
         "cpu_capability": cpu_capability(t),
+        LOGPROBS_FIELD: "float64",  # how genguard computes logprobs (`hf._generation.Float64LogSoftmax`)
     }
     if model is not None:
         fields["dtype"] = model_dtype(model)

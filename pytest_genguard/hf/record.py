@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.events import FragileStep, RecordEvent, emit
-from pytest_genguard.core.tolerances import tolerances_for
+from pytest_genguard.core.tolerances import tolerances_in_force
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf import inputs as checks
 from pytest_genguard.hf._generation import (
@@ -145,13 +145,13 @@ def _encode(
 
 def _report_fragile_steps(trace: GenerationTrace) -> None:
     """Tell the running test how many steps sit on a near tie: a snapshot of such a step is fragile."""
-    tie_tol = tolerances_for(trace.dtype).tie_tol
+    tolerances = tolerances_in_force(trace.dtype)
     steps = [s for p in trace for s in p.steps]
     fragile = [
         FragileStep(i, p.prompt, n, s.margin)
         for i, p in enumerate(trace)
         for n, s in enumerate(p.steps)
-        if s.margin <= tie_tol
+        if tolerances.near_tie(s.margin)
     ]
     # The first 50 are named in the summary (-v); the count is exact.
     emit(RecordEvent(len(fragile), tuple(fragile[:50]), len(trace), len(steps)))

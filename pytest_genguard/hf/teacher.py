@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.text import number, quote
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
-from pytest_genguard.hf._generation import alternative_texts, float_setting, inference, int_setting, token_texts
+from pytest_genguard.hf._generation import (
+    Float64LogSoftmax,
+    alternative_texts,
+    float_setting,
+    inference,
+    int_setting,
+    token_texts,
+)
 from pytest_genguard.hf.environment import environment
 from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
 from pytest_genguard.hf.forced_processors import apply_along_path
@@ -292,7 +299,6 @@ def teacher_force_with_preferences(
 ) -> tuple[GenerationTrace, tuple[Preference, ...]]:
     """`teacher_force`, plus the steps where a greedy path would now take another token (one per prompt at most).
     `engine` replaces the model's forward pass (the model still gives the generation config and fingerprint)."""
-    import torch
 
     if not trace.prompts:
         raise ValueError("verify(): the trace has no prompts; nothing to verify.")
@@ -314,17 +320,18 @@ def teacher_force_with_preferences(
         logits = batch.logits
         sequences = batch.sequences.to(logits.device)
         processed = apply_along_path(processors, logits, sequences, batch.start) if len(processors) else logits
-        raw = torch.log_softmax(logits, dim=-1)
-        top_vals, top_ids = raw.topk(min(top_k, raw.shape[-1]), dim=-1)
+        raw = Float64LogSoftmax.of(logits)
+        top_vals, top_ids = raw.top(min(top_k, logits.shape[-1]))
         argmax = processed.argmax(dim=-1, keepdim=True)  # as generate() picks a greedy token
         chosen = sequences[:, batch.start :].unsqueeze(-1)
         # One device->host transfer per field; the values are float32, as traces store them.
         values = {
-            "logprob": raw.gather(-1, chosen).squeeze(-1).cpu().tolist(),
+            "logprob": raw.at(chosen).cpu().tolist(),
             "score": processed.gather(-1, chosen).squeeze(-1).cpu().tolist(),
             "best": processed.gather(-1, argmax).squeeze(-1).cpu().tolist(),
             "argmax": argmax.squeeze(-1).cpu().tolist(),
-            "argmax_logprob": raw.gather(-1, argmax).squeeze(-1).cpu().tolist(),
+            "argmax_logprob": raw.at(argmax).cpu().tolist(),
+            "lse": raw.lse.float().cpu().tolist(),
             "top_vals": top_vals.cpu().tolist(),
             "top_ids": top_ids.cpu().tolist(),
         }
@@ -370,7 +377,7 @@ def _forced_prompt(
     finish = p.finish_reason
     preference = None
     # The values come from float32 tensors (see teacher_force_with_preferences): float32 already, no re-rounding.
-    logprobs, scores, bests = values["logprob"][b], values["score"][b], values["best"][b]
+    logprobs, scores, bests, lses = values["logprob"][b], values["score"][b], values["best"][b], values["lse"][b]
     top_ids, top_vals, argmax = values["top_ids"][b], values["top_vals"][b], values["argmax"][b]
     for t, recorded in enumerate(p.steps):
         top = (tuple(top_ids[t]), tuple(top_vals[t]))
@@ -387,6 +394,7 @@ def _forced_prompt(
                     top_ids=top[0],
                     top_logprobs=top[1],
                     best_score=best,
+                    lse=lses[t],
                 )
             )
             preference = Preference(
@@ -411,6 +419,7 @@ def _forced_prompt(
                 top_ids=top[0],
                 top_logprobs=top[1],
                 best_score=best,
+                lse=lses[t],
             )
         )
     forced = PromptTrace(prompt=p.prompt, prompt_ids=prompt_ids, steps=tuple(steps), finish_reason=finish, text=p.text)

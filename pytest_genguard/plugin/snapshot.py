@@ -30,7 +30,7 @@ from syrupy.terminal import disable_color
 
 from pytest_genguard.core.documents import Outcome, compare_documents, dump_document
 from pytest_genguard.core.files import atomic_write_text
-from pytest_genguard.core.tolerances import Overrides
+from pytest_genguard.core.tolerances import TOLERANCE_FIELDS, Overrides
 from pytest_genguard.core.verdict import Rerecord
 from pytest_genguard.plugin import keep
 from pytest_genguard.plugin.settings import settings
@@ -48,9 +48,9 @@ __all__ = [
 ]
 
 FILE_EXTENSION = "genguard"
-TOLERANCE_KEYS = ("atol", "rtol", "tie_tol")
 ALLOW_NONFINITE = "allow_nonfinite"
-MARKER_KEYS = (*TOLERANCE_KEYS, ALLOW_NONFINITE)
+ALLOW_DTYPE_CHANGE = "allow_dtype_change"
+MARKER_KEYS = (*TOLERANCE_FIELDS, ALLOW_NONFINITE, ALLOW_DTYPE_CHANGE)
 _MAX_DIFF_LINES = 40
 
 
@@ -154,7 +154,7 @@ def _marker_kwargs(node: pytest.Item) -> dict[str, Any]:
         for key, value in mark.kwargs.items():
             if key not in MARKER_KEYS:
                 pytest.fail(f"{where}: unknown argument {key!r}; accepted: {', '.join(MARKER_KEYS)}", False)
-            if key == ALLOW_NONFINITE:
+            if key in (ALLOW_NONFINITE, ALLOW_DTYPE_CHANGE):
                 if not isinstance(value, bool):
                     pytest.fail(f"{where}: {key}={value!r} is not True or False", False)
                 found[key] = value

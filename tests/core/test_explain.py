@@ -72,7 +72,7 @@ def test_within_tolerance_summary_names_the_largest_difference_and_where() -> No
     assert cmp.verdict is Verdict.WITHIN_TOLERANCE
     assert summary_line(cmp) == (
         "within tolerance (max |diff| 0.0001 at prompt 0 step 2 top_logprobs[1]; "
-        "atol 1e-06, rtol 0.0001, tie_tol 0.001)"
+        "atol 1e-06, rtol 0.0001, tie_tol 0.001, lse_ulps 8)"
     )
     assert "fix:" not in render(cmp)
 
