@@ -1,5 +1,5 @@
 """The detection floor: the smallest change of each kind that the comparison rule still catches, under the rule of
-pytest-genguard 0.1 (no log-sum-exp term) and under today's, on the pinned fine-tuned tiny models of
+pytest-genguard 0.1 (no rounding term: ``lse_ulps=0``) and under today's, on the pinned fine-tuned tiny models of
 `fixtures/cross_kernel/pins` (8 probe prompts, 24 greedy tokens, top-5). A change is caught when `compare()` of the
 baseline and the changed model's traces is not ok.
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 import torch  # noqa: E402
-from cross_kernel import PINS, PROMPTS, without_lse  # noqa: E402
+from cross_kernel import PINS, PROMPTS  # noqa: E402
 from perturb import KINDS, pinned  # noqa: E402
 
 import pytest_genguard as gg  # noqa: E402
@@ -42,8 +42,7 @@ def floor(arch: str, kind: str, old_rule: bool) -> float | None:
         if i not in cache:
             with KINDS[kind](model, GRID[i]):
                 changed = decode(model, tokenizer)
-            a, b = (without_lse(base), without_lse(changed)) if old_rule else (base, changed)
-            cache[i] = not gg.compare(a, b)
+            cache[i] = not gg.compare(base, changed, lse_ulps=0 if old_rule else None)
         return cache[i]
 
     lo, hi = 0, len(GRID) - 1

@@ -118,11 +118,16 @@ def _pair(a: float, b: float) -> str:
 
 
 def step_scale(e: Step, a: Step) -> float:
-    """The log-sum-exp magnitude a step's allowance grows with (`Tolerances.lse_ulps`): the larger of the two sides'
-    `Step.lse`, the side that has one when only one does (a snapshot of pytest-genguard 0.1 against a new run), 0
-    when neither does (the rule of 0.1) or it is not finite."""
+    """The log-sum-exp magnitude a step's rounding allowance grows with (`Tolerances.lse_ulps`): the larger of the
+    two sides' `Step.lse`. A trace of pytest-genguard 0.1 has none: its |score - logprob| stands in, which is |lse|
+    exactly where the score is the raw logit (decoding without processors) and of its order otherwise (0.83 |lse|
+    for a confident token at temperature 1.2; about 0 for beam search, whose scores are logprobs). Values that are
+    not finite count as 0."""
     known = [abs(x) for x in (e.lse, a.lse) if x is not None and math.isfinite(x)]
-    return max(known, default=0.0)
+    if known:
+        return max(known)
+    estimates = [abs(s.score - s.logprob) for s in (e, a)]
+    return max((x for x in estimates if math.isfinite(x)), default=0.0)
 
 
 def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:

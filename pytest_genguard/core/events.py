@@ -96,7 +96,7 @@ class InvariantEvent:
 
 @dataclass(frozen=True)
 class FragileStep:
-    """A recorded step whose top-1/top-2 margin is under the tie tolerance."""
+    """A recorded step whose top-1/top-2 margin is within the tie tolerance (`Tolerances.near_tie`)."""
 
     prompt: int
     text: str

@@ -56,6 +56,20 @@ def cpu_capability(torch_mod: Any = None) -> str | None:
     return str(getter()) if callable(getter) else None
 
 
+def cpu_model() -> str:
+    """The CPU's model name ("AMD EPYC", "Intel(R) Xeon(R) ..."): two CPUs with the same kernel set still round
+    differently (measured: AVX2 on an Intel Xeon and on an AMD EPYC give other logprobs for the same weights, since
+    the math libraries pick kernels per processor), so traces are bitwise comparable only on the same model."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
 def environment(
     model: PreTrainedModel | None = None, device: torch.device | str | None = None, *, torch_mod: Any = None
 ) -> dict[str, JSONScalar]:
@@ -77,6 +91,7 @@ def environment(
         "num_threads": int(t.get_num_threads()),
         "deterministic_algorithms": bool(t.are_deterministic_algorithms_enabled()),
         "cpu_capability": cpu_capability(t),
+        "cpu": cpu_model(),
         LOGPROBS_FIELD: "float64",  # how genguard computes logprobs (`hf._generation.Float64LogSoftmax`)
     }
     if model is not None:

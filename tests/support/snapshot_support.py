@@ -49,9 +49,9 @@ def make_trace(name):
     return GenerationTrace(
         prompts=(PromptTrace("hello", (1, 2), tuple(steps), v.get("finish", "length"), "the cat sat"),),
         settings={"max_new_tokens": v.get("max_new_tokens", 3), "mode": "greedy", "record_top_k": 3},
-        model=ModelFingerprint("gpt2", "c" * 64, v.get("weights", "a") * 64, 1000, "float32"),
+        model=ModelFingerprint("gpt2", "c" * 64, v.get("weights", "a") * 64, 1000, v.get("dtype", "float32")),
         tokenizer=TokenizerFingerprint("tiny", 768, v.get("tokenizer", "t") * 64),
-        environment={"dtype": "float32", "device": "cpu"},
+        environment={"dtype": v.get("dtype", "float32"), "device": "cpu", **v.get("environment", {})},
     )
 '''
 
