@@ -71,7 +71,8 @@ def backend_for(name: str) -> Backend:
                 f"install it with: {install_command(name)}"
             ) from exc
     backend = importlib.import_module(_MODULES[name]).backend()
-    assert isinstance(backend, Backend)
+    if not isinstance(backend, Backend):
+        raise TypeError(f"genguard engines: {_MODULES[name]}.backend() returned {type(backend).__name__}, not a Backend")
     return backend
 
 
