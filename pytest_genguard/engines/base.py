@@ -72,7 +72,9 @@ def backend_for(name: str) -> Backend:
             ) from exc
     backend = importlib.import_module(_MODULES[name]).backend()
     if not isinstance(backend, Backend):
-        raise TypeError(f"genguard engines: {_MODULES[name]}.backend() returned {type(backend).__name__}, not a Backend")
+        raise TypeError(
+            f"genguard engines: {_MODULES[name]}.backend() returned {type(backend).__name__}, not a Backend"
+        )
     return backend
 
 
