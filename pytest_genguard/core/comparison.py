@@ -307,6 +307,7 @@ def _others(cmp: Comparison, shown: Divergence | None) -> list[str]:
 
 # The environment fields that change what a kernel computes, in the order a reader checks them.
 _HEADLINE_FIELDS = (
+    ("engine", ""),  # a serving engine's trace (pytest_genguard.engines) against the transformers one
     ("device_type", ""),
     ("gpu_name", ""),
     ("cpu_capability", ""),
@@ -326,9 +327,11 @@ def environment_line(cmp: Comparison) -> str | None:
     moved = {key: (old, new) for key, old, new in cmp.environment_diff if old is not None or new is not None}
     before, after = [], []
     for key, label in _HEADLINE_FIELDS:
-        if key not in moved:
-            continue
+        if key not in moved or (key == "attn_implementation" and "engine" in moved):
+            continue  # an engine has no transformers attention implementation: its name says it all
         old, new = moved[key]
+        if key == "engine":  # the side without an engine is transformers itself
+            old, new = old or "transformers", new or "transformers"
         before.append(f"{label}{_bare(old)}")
         after.append(f"{label}{_bare(new)}")
     if not before:

@@ -192,9 +192,11 @@ def inference(
     """Eval mode and no_grad (and, with `tokenizer`, its padding side) for the block; everything restored afterwards."""
     import torch
 
-    was_training = model.training
+    was_training = bool(getattr(model, "training", False))
     # Switching modes walks every module twice: skip it when nothing is in training mode (the usual case here).
-    switch = was_training or any(module.training for module in model.modules())
+    # A model without torch modules (optimum's ONNX Runtime / OpenVINO classes) has no mode to switch.
+    modules = model.modules() if hasattr(model, "modules") else ()
+    switch = was_training or any(module.training for module in modules)
     old_side = tokenizer.padding_side if tokenizer is not None else None
     if switch:
         model.eval()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.environments import LOGPROBS_FIELD
 from pytest_genguard.core.jsontext import JSONScalar
-from pytest_genguard.hf.fingerprint import model_dtype
+from pytest_genguard.hf.fingerprint import has_parameters, model_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -34,6 +34,16 @@ def _cuda_fields(torch_mod: Any, device: torch.device) -> dict[str, JSONScalar]:
         "tf32_cudnn": bool(torch_mod.backends.cudnn.allow_tf32),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
     }
+
+
+def model_device(model: Any) -> torch.device:
+    """Where `model` computes: its parameters' device, else its `device` attribute (optimum's ONNX Runtime /
+    OpenVINO models have no parameters), else the CPU."""
+    import torch
+
+    if has_parameters(model):
+        return next(model.parameters()).device  # type: ignore[no-any-return]
+    return torch.device(str(getattr(model, "device", "cpu")))
 
 
 def cpu_capability(torch_mod: Any = None) -> str | None:
@@ -69,7 +79,7 @@ def environment(
 
     t = torch_mod if torch_mod is not None else real_torch
     if device is None and model is not None:
-        device = next(model.parameters()).device
+        device = model_device(model)
     dev = real_torch.device(device if device is not None else "cpu")
     fields: dict[str, JSONScalar] = {
         "python": platform.python_version(),

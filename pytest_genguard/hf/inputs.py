@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.text import quote
 from pytest_genguard.hf.environment import cuda_unavailable_reason
+from pytest_genguard.hf.fingerprint import has_parameters, weights_folder
 
 if TYPE_CHECKING:
     import torch
@@ -148,9 +149,16 @@ def check_generation_config(config: GenerationConfig) -> None:
 
 
 def check_model(model: PreTrainedModel) -> None:
-    """A model whose weights are on the meta device has no numbers to generate with."""
-    if next(model.parameters(), None) is None:
-        raise ValueError(f"record(): the model ({type(model).__name__}) has no parameters; pass a loaded model.")
+    """A model whose weights are on the meta device has no numbers to generate with; a model without torch
+    parameters (optimum's ONNX Runtime / OpenVINO classes) is known by its files, so it needs a folder of them."""
+    if not has_parameters(model):
+        if weights_folder(model) is None:
+            raise ValueError(
+                f"record(): the model ({type(model).__name__}) has no parameters and no folder of weight files "
+                "(model_save_dir, or config.name_or_path) to fingerprint it by; pass a loaded model, or load it "
+                "from a folder (from_pretrained(folder))."
+            )
+        return
     if any(p.is_meta for p in model.parameters()):
         raise ValueError(
             f"record(): the model ({type(model).__name__}) has weights on the meta device (shapes without data); "

@@ -27,7 +27,7 @@ from pytest_genguard.hf._generation import (
     seeded,
     token_texts,
 )
-from pytest_genguard.hf.environment import environment
+from pytest_genguard.hf.environment import environment, model_device
 from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def record(
     checks.check_generate_kwargs(generate_kwargs)
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prepared = prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
-    device = next(model.parameters()).device
+    device = model_device(model)
     if "stop_strings" in generate_kwargs or getattr(prepared.config, "stop_strings", None):
         prepared.model_kwargs.setdefault("tokenizer", tokenizer)
     with inference(model, tokenizer, "right" if encoder_decoder else "left"):
@@ -182,7 +182,7 @@ def generate_from_ids(
     prepared = prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
     pad = prepared.config.pad_token_id
     pad_id = int(pad if isinstance(pad, int) else pad[0])
-    device = next(model.parameters()).device
+    device = model_device(model)
     width = max(len(r) for r in rows)
     ids, mask = [], []
     for r in rows:

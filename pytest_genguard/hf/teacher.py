@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.jsontext import JSONScalar
@@ -34,7 +34,11 @@ if TYPE_CHECKING:
     import torch
     from transformers import LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Preference", "build_processors", "teacher_force", "teacher_force_with_preferences"]
+__all__ = ["EngineLogits", "Preference", "build_processors", "teacher_force", "teacher_force_with_preferences"]
+
+EngineLogits = Callable[[GenerationTrace, int], "torch.Tensor"]
+"""Another engine's forward pass (`pytest_genguard.engines`): the raw float32 logits ``[prompts, steps, vocab]``
+that predict each recorded step of the trace, in place of the model's own forward pass."""
 
 # Defaults `generate()` applies when neither the call nor the model's generation config sets a value (transformers'
 # documented global defaults); a trace stores None for those.
@@ -196,8 +200,14 @@ class _Batch:
     prompt_mask: torch.Tensor | None
 
 
-def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace, steps: int) -> _Batch:
-    """One forward pass over prompt + recorded path for the whole batch."""
+def _forward(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    steps: int,
+    engine: EngineLogits | None = None,
+) -> _Batch:
+    """One forward pass over prompt + recorded path for the whole batch (through `engine` when one is given)."""
     import torch
 
     device = next(model.parameters()).device
@@ -219,6 +229,8 @@ def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: 
         ids[b, span] = torch.tensor(p.prompt_ids, dtype=torch.long)
         mask[b, span] = 1
     if encoder_decoder:
+        if engine is not None:
+            raise ValueError("teacher forcing through another engine supports decoder-only models only")
         start_id = model.generation_config.decoder_start_token_id
         if start_id is None:
             start_id = getattr(model.config, "decoder_start_token_id", None)
@@ -232,6 +244,8 @@ def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: 
         )
         return _Batch(out.logits.float(), sequences, 1, None)
     sequences = torch.cat([ids, paths], dim=1)
+    if engine is not None:
+        return _Batch(engine(trace, steps).float(), sequences, longest, mask)
     full_mask = torch.cat([mask, torch.ones((batch, steps), dtype=torch.long)], dim=1)
     positions = full_mask.cumsum(-1) - 1
     positions.masked_fill_(full_mask == 0, 1)  # as generate() does for left padding
@@ -281,8 +295,10 @@ def teacher_force_with_preferences(
     trace: GenerationTrace,
     *,
     logits_processor: Sequence[Any] = (),
+    engine: EngineLogits | None = None,
 ) -> tuple[GenerationTrace, tuple[Preference, ...]]:
-    """`teacher_force`, plus the steps where a greedy path would now take another token (one per prompt at most)."""
+    """`teacher_force`, plus the steps where a greedy path would now take another token (one per prompt at most).
+    `engine` replaces the model's forward pass (the model still gives the generation config and fingerprint)."""
 
     if not trace.prompts:
         raise ValueError("verify(): the trace has no prompts; nothing to verify.")
@@ -292,7 +308,7 @@ def teacher_force_with_preferences(
     top_k = int_setting(trace.settings.get("record_top_k"), max(len(s.top_ids) for p in trace.prompts for s in p.steps))
     greedy = trace.settings.get("mode", "greedy") == "greedy"
     with inference(model):
-        batch = _forward(model, tokenizer, trace, steps)
+        batch = _forward(model, tokenizer, trace, steps, engine)
         processors = build_processors(
             model,
             tokenizer,

@@ -26,6 +26,7 @@ from pytest_genguard.core import events, tolerances  # noqa: E402
 from pytest_genguard.plugin import keep  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
+    genguard_engine,
     genguard_finetune,
     genguard_snapshot,
     genguard_tokenizer,
