@@ -103,7 +103,7 @@ def read_pin(folder: Path, recipe: str) -> dict[str, Any] | None:
     files = manifest.get("files")
     if not isinstance(files, dict) or set(files) != {WEIGHTS_FILE, HISTORY_FILE}:
         raise _broken(folder, f"{PIN_MANIFEST} does not list {WEIGHTS_FILE} and {HISTORY_FILE}")
-    problem = file_records_problem(folder, files, PIN_MANIFEST)
+    problem = file_records_problem(folder, files, PIN_MANIFEST, text=(HISTORY_FILE,))
     if problem is not None:
         raise _broken(folder, problem)
     return manifest
