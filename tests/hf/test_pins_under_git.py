@@ -63,7 +63,7 @@ def test_crlf_in_the_weights_is_not_forgiven(tmp_path: Path) -> None:
     assert b"\n" in data
     weights.write_bytes(data.replace(b"\n", b"\r\n"))
     recipe = json.loads((copy / PIN_MANIFEST).read_text())["recipe"]
-    with pytest.raises(PinError, match="model.safetensors does not match its sha256"):
+    with pytest.raises(PinError, match=r"model\.safetensors does not match its sha256"):
         read_pin(copy, recipe)
 
 
