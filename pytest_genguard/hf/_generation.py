@@ -11,7 +11,8 @@ import contextlib
 import copy
 import functools
 import inspect
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
+    "NOT_SETTINGS",
     "SETTING_KEYS",
     "Prepared",
     "alternative_texts",
@@ -33,11 +35,13 @@ __all__ = [
     "float_setting",
     "inference",
     "int_setting",
+    "other_settings",
     "path_lengths",
     "prepare",
     "processor_names",
     "prompt_texts",
     "prompt_trace",
+    "readable_setting",
     "seeded",
     "token_texts",
 ]
@@ -59,6 +63,29 @@ SETTING_KEYS: tuple[str, ...] = (
     "length_penalty",
     "early_stopping",
     "use_cache",
+)
+
+
+# GenerationConfig fields that are not decoding settings: what generate() returns, ids the model and tokenizer
+# fingerprints already identify (EOS is stored as "eos_token_id"), bookkeeping, and max_length (record()'s
+# max_new_tokens decides). Every other field that differs from a default GenerationConfig is a decoding setting and
+# is stored (`_other_settings`): a list of what is *not* a setting, so a field a transformers release adds counts.
+NOT_SETTINGS = frozenset(
+    {
+        "output_attentions",
+        "output_hidden_states",
+        "output_scores",
+        "output_logits",
+        "return_dict_in_generate",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "max_length",
+        "num_return_sequences",
+        "transformers_version",
+        "generation_kwargs",
+    }
 )
 
 
@@ -115,7 +142,7 @@ def prepare(
             "with its own seed instead."
         )
     checks.check_generation_config(config)
-    settings = _settings(config)
+    settings = {**_other_settings(config), **_settings(config)}
     settings["max_new_tokens"] = max_new_tokens
     settings["mode"] = _mode(config)
     custom = processor_names(model_kwargs.get("logits_processor"))
@@ -177,6 +204,57 @@ def _settings(config: GenerationConfig) -> dict[str, JSONScalar]:
         neutral = key in _NEUTRAL and value == _NEUTRAL[key] and type(value) is type(_NEUTRAL[key])
         settings[key] = None if inactive or neutral else value
     return settings
+
+
+def _other_settings(config: GenerationConfig) -> dict[str, JSONScalar]:
+    """The decoding settings outside `SETTING_KEYS` that differ from a default `GenerationConfig`
+    (``to_diff_dict()``: bad_words_ids, suppress_tokens, sequence_bias, stop_strings, ...), readable in the trace.
+    Only what was set is stored: a trace recorded without them reads as before."""
+    out: dict[str, JSONScalar] = {}
+    for key, value in sorted(config.to_diff_dict().items()):
+        if key in SETTING_KEYS or key in NOT_SETTINGS or key.startswith("_") or value is None:
+            continue
+        out[key] = readable_setting(value)
+    return out
+
+
+# Keys every trace's settings may hold besides `SETTING_KEYS` (written by record() itself).
+_OWN_KEYS = frozenset({"mode", "seed", "record_top_k", "eos_token_id", "logits_processor"})
+
+
+def other_settings(settings: Mapping[str, JSONScalar]) -> dict[str, Any]:
+    """The settings of a stored trace outside `SETTING_KEYS` (see `_other_settings`), as `generate()` takes them
+    (JSON text parsed back): what teacher forcing does not re-apply, so verify() re-generates with them."""
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in SETTING_KEYS or key in _OWN_KEYS:
+            continue
+        parsed: Any = value
+        if isinstance(value, str) and value[:1] in "[{":
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                parsed = value
+        out[key] = parsed
+    return out
+
+
+def readable_setting(value: Any) -> JSONScalar:
+    """A setting as a trace stores it: a scalar as it is, anything else as compact JSON text (tuples as lists, a
+    mapping with non-string keys, like sequence_bias, as [key, value] pairs: the form generate() also accepts)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(_plain(value), sort_keys=True, default=str)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        if all(isinstance(k, str) for k in value):
+            return {k: _plain(v) for k, v in value.items()}
+        return [[_plain(k), _plain(v)] for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _mode(config: GenerationConfig) -> str:
