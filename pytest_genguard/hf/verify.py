@@ -35,7 +35,8 @@ from pytest_genguard.core.events import CheckEvent, emit
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.tolerances import ToleranceArgs
 from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.hf._generation import SETTING_KEYS, int_setting, other_settings, processor_names
+from pytest_genguard.hf._generation import SETTING_KEYS, int_setting, processor_names
+from pytest_genguard.hf.decoding_settings import other_settings
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.teacher import Preference, teacher_force_with_preferences
 

@@ -15,7 +15,8 @@ from pytest_genguard import Verdict, assert_well_formed, compare, record, verify
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf.verify import VerifyFallbackWarning
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "__snapshots__" / "test_decoding" / "test_greedy_path.genguard"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "__snapshots__"
+EXAMPLE = EXAMPLES / "test_decoding" / "test_greedy_path.genguard"
 PROMPTS = ["the quick", "once upon a"]
 
 
