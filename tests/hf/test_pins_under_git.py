@@ -79,3 +79,24 @@ def test_this_repository_keeps_pins_and_snapshots_byte_for_byte(path: str) -> No
     if not (REPO / ".git").exists():
         pytest.fail(f"{REPO} is not a git checkout: .gitattributes cannot be checked")
     assert _git("check-attr", "text", "--", path, cwd=REPO).strip().endswith("text: unset")
+
+
+def test_the_recipe_of_a_package_checked_out_with_crlf_is_the_recipe_of_the_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe hashes the shipped tokenizer.json: with its line endings turned into CRLF by git (a source
+    checkout with core.autocrlf=true), the committed pins must still be found."""
+    from importlib import resources
+
+    from pytest_genguard.hf import recipe as recipe_module
+
+    shipped = resources.files("pytest_genguard").joinpath("data", "tokenizer.json").read_bytes()
+    crlf = tmp_path / "data" / "tokenizer.json"
+    crlf.parent.mkdir()
+    crlf.write_bytes(shipped.replace(b"\n", b"\r\n"))
+    assert crlf.read_bytes() != shipped
+    spec = recipe_module.Recipe.of("gpt2")  # the shipped texts are read here, line by line
+    monkeypatch.setattr(recipe_module.resources, "files", lambda package: tmp_path)
+    (folder,) = PINS.iterdir()
+    pinned = json.loads((folder / PIN_MANIFEST).read_text())["recipe"]
+    assert recipe_module.recipe_hash(spec) == pinned
