@@ -6,6 +6,7 @@ snapshot stale instead of a regression of the model. Imports nothing from torch 
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ __all__ = [
     "mode",
     "other_settings",
     "readable_setting",
+    "requested_other_settings",
     "trace_settings",
 ]
 
@@ -114,10 +116,13 @@ def _known_settings(config: GenerationConfig) -> dict[str, JSONScalar]:
 def _other_settings(config: GenerationConfig) -> dict[str, JSONScalar]:
     """The decoding settings outside `SETTING_KEYS` that differ from a default `GenerationConfig`
     (``to_diff_dict()``: bad_words_ids, suppress_tokens, sequence_bias, stop_strings, ...), readable in the trace.
-    Only what was set is stored: a trace recorded without them reads as before."""
+    Only what was set is stored: a trace recorded without them reads as before. A flag set to False or an empty
+    list is off, as unset is (5.x's defaults are None where 4.57's were False), so it is not stored either."""
     out: dict[str, JSONScalar] = {}
     for key, value in sorted(config.to_diff_dict().items()):
         if key in SETTING_KEYS or key in NOT_SETTINGS or key.startswith("_") or value is None:
+            continue
+        if value is False or (isinstance(value, (str, list, tuple, dict)) and not value):
             continue
         out[key] = readable_setting(value)
     return out
@@ -177,3 +182,12 @@ def int_setting(value: JSONScalar, default: int) -> int:
 def float_setting(value: JSONScalar, default: float) -> float:
     """A stored setting as a float (`default` when unset or not a number)."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def requested_other_settings(base: GenerationConfig, generate_kwargs: Mapping[str, Any]) -> dict[str, JSONScalar]:
+    """The settings outside `SETTING_KEYS` that record() would store for `generate_kwargs` on top of `base` (the
+    model's generation config, or the `generation_config=` given): what a verify() call asks for, to tell a
+    changed test argument from a changed model."""
+    config = copy.deepcopy(generate_kwargs.get("generation_config") or base)
+    config.update(**{k: v for k, v in generate_kwargs.items() if k != "generation_config"})
+    return _other_settings(config)

@@ -99,12 +99,15 @@ def test_without_extra_settings_a_trace_has_the_keys_committed_snapshots_have(ba
     assert set(base.settings) == set(stored)
 
 
-def test_output_flags_and_token_ids_are_not_settings(gpt2: Any, tokenizer: Any, base: GenerationTrace) -> None:
+def test_output_flags_token_ids_and_switched_off_flags_are_not_settings(gpt2: Any, tokenizer: Any, base: GenerationTrace) -> None:
     from transformers import GenerationConfig
 
     config = GenerationConfig(output_attentions=True, output_hidden_states=True, pad_token_id=0, bos_token_id=1)
     trace = record(gpt2, tokenizer, PROMPTS, max_new_tokens=6, top_k=5, generation_config=config)
     assert set(trace.settings) == set(base.settings)
+    # a flag set to False, an empty list: off, as unset is (5.x defaults to None where 4.57 said False)
+    off = record(gpt2, tokenizer, PROMPTS, max_new_tokens=6, top_k=5, renormalize_logits=False, suppress_tokens=[])
+    assert set(off.settings) == set(base.settings)
 
 
 def test_verify_re_generates_a_trace_with_settings_teacher_forcing_does_not_apply(
