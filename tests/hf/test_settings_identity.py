@@ -99,7 +99,9 @@ def test_without_extra_settings_a_trace_has_the_keys_committed_snapshots_have(ba
     assert set(base.settings) == set(stored)
 
 
-def test_output_flags_token_ids_and_switched_off_flags_are_not_settings(gpt2: Any, tokenizer: Any, base: GenerationTrace) -> None:
+def test_output_flags_token_ids_and_switched_off_flags_are_not_settings(
+    gpt2: Any, tokenizer: Any, base: GenerationTrace
+) -> None:
     from transformers import GenerationConfig
 
     config = GenerationConfig(output_attentions=True, output_hidden_states=True, pad_token_id=0, bos_token_id=1)
