@@ -84,7 +84,7 @@ def unused_pins(
         return UnusedPins(unused) if unused else None
     unfinished = sum(1 for outcome in ledger.outcomes.values() if outcome != "passed")
     if unfinished:
-        because = f"{plural(unfinished, 'test')} failed, errored or were skipped and may use them"
+        because = f"{plural(unfinished, 'test')} did not pass (failed, errored or skipped) and may use them"
         return UnusedPins(unused, kept_because=because)
     for folder in unused:
         shutil.rmtree(folder)

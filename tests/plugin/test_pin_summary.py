@@ -132,7 +132,7 @@ def test_unused_pins_are_listed_after_a_whole_run_and_deleted_only_with_snapshot
 
     kept = pytester.runpytest(*QUIET, "--snapshot-update")  # a test was skipped: it may use the pin
     kept.assert_outcomes(passed=2, skipped=1)
-    kept.stdout.fnmatch_lines(["kept: 1 test failed, errored or were skipped and may use them; *"])
+    kept.stdout.fnmatch_lines(["kept: 1 test did not pass (failed, errored or skipped) and may use them; *"])
     assert _pins(pytester) == sorted([used, unused])
 
     pytester.makepyfile(test_models=TESTS.replace('reason="only when asked"', 'reason="x"').split("@pytest.mark")[0])
@@ -155,5 +155,7 @@ def test_a_pin_used_only_by_a_failing_test_is_not_deleted(
     pytester.makepyfile(test_models=TESTS.split("@pytest.mark")[0] + "\ndef test_fails():\n    assert False\n")
     result = pytester.runpytest(*QUIET, "--snapshot-update")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([f"  __genguard_pins__/{spare.name}", "kept: 1 test failed, errored or were skipped*"])
+    result.stdout.fnmatch_lines(
+        [f"  __genguard_pins__/{spare.name}", "kept: 1 test did not pass (failed, errored or skipped)*"]
+    )
     assert spare.exists()
