@@ -67,9 +67,33 @@ def parse_document(text: str, source: str) -> Document:
             f"{source}: not UTF-8 text (invalid byte at offset {exc.start}); the file is corrupt: restore it from "
             "version control or re-record it (pytest --snapshot-update)."
         ) from None
+    conflict = _conflict_line(text)
+    if conflict is not None:
+        raise TraceFormatError(
+            f"{source}: unresolved git merge conflict (conflict markers from line {conflict}): both branches changed "
+            "this snapshot. Do not merge the JSON by hand: keep one side whole (git checkout --ours or --theirs "
+            "-- <file>) and re-record it on the merged code (pytest --snapshot-update <test>)."
+        )
     if '"genguard_history"' in text[:200]:
         return history_from_json(text, source=source)
+    if text.strip() and '"schema"' not in text:
+        raise TraceFormatError(
+            f'{source}: not a genguard trace or recorder history (it has no "schema" key): genguard reads the '
+            "files pytest-genguard writes (the .genguard snapshots, GenerationTrace.to_json())."
+        )
     return GenerationTrace.from_json(text, source=source)
+
+
+def _conflict_line(text: str) -> int | None:
+    """The line of the first git conflict marker when `text` holds a whole conflict (<<<<<<<, =======, >>>>>>>)."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("<<<<<<< ") or line == "<<<<<<<"]
+    if not starts:
+        return None
+    rest = lines[starts[0] :]
+    if "=======" in rest and any(line.startswith(">>>>>>>") for line in rest):
+        return starts[0] + 1
+    return None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import PromptTrace, Step
 from pytest_genguard.hf import inputs as checks
+from pytest_genguard.hf.decoding_settings import SETTING_KEYS, float_setting, int_setting, mode, trace_settings
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +35,7 @@ __all__ = [
     "float_setting",
     "inference",
     "int_setting",
+    "length_clash_muted",
     "path_lengths",
     "prepare",
     "processor_names",
@@ -41,25 +44,6 @@ __all__ = [
     "seeded",
     "token_texts",
 ]
-
-# Generation settings that change what is generated; stored in every trace so a changed test is told from a change
-# of the model.
-SETTING_KEYS: tuple[str, ...] = (
-    "max_new_tokens",
-    "min_new_tokens",
-    "do_sample",
-    "num_beams",
-    "temperature",
-    "top_k",
-    "top_p",
-    "typical_p",
-    "min_p",
-    "repetition_penalty",
-    "no_repeat_ngram_size",
-    "length_penalty",
-    "early_stopping",
-    "use_cache",
-)
 
 
 @dataclass(frozen=True)
@@ -115,9 +99,9 @@ def prepare(
             "with its own seed instead."
         )
     checks.check_generation_config(config)
-    settings = _settings(config)
+    settings = trace_settings(config)
     settings["max_new_tokens"] = max_new_tokens
-    settings["mode"] = _mode(config)
+    settings["mode"] = mode(config)
     custom = processor_names(model_kwargs.get("logits_processor"))
     if custom is not None:  # stored only when given: traces without custom processors read as before
         settings["logits_processor"] = custom
@@ -141,48 +125,6 @@ def processor_names(processors: Any) -> str | None:
     items = list(processors) if isinstance(processors, (list, tuple)) else [processors]
     names = [p.__name__ if inspect.isroutine(p) else type(p).__name__ for p in items]
     return ",".join(names) if names else None
-
-
-# Values that leave decoding as it is, and settings that act in one mode only: stored as None, so a trace reads the
-# same whether a transformers version spells "unset" as None (5.x) or as the neutral default (4.5x fills them in).
-_NEUTRAL: dict[str, JSONScalar] = {
-    "do_sample": False,
-    "num_beams": 1,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "typical_p": 1.0,
-    "min_p": 0.0,
-    "repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "min_new_tokens": 0,
-    "length_penalty": 1.0,
-    "early_stopping": False,
-    "use_cache": True,
-}
-_SAMPLING_ONLY = frozenset({"temperature", "top_k", "top_p", "typical_p", "min_p"})
-_BEAM_ONLY = frozenset({"length_penalty", "early_stopping"})
-
-
-def _settings(config: GenerationConfig) -> dict[str, JSONScalar]:
-    """The decoding settings that change what is generated, normalized across transformers versions."""
-    mode = _mode(config)
-    settings: dict[str, JSONScalar] = {}
-    for key in SETTING_KEYS:
-        value = getattr(config, key, None)
-        if not (isinstance(value, (bool, int, float, str)) or value is None):
-            continue
-        inactive = (key in _SAMPLING_ONLY and not getattr(config, "do_sample", False)) or (
-            key in _BEAM_ONLY and mode != "beam"
-        )
-        neutral = key in _NEUTRAL and value == _NEUTRAL[key] and type(value) is type(_NEUTRAL[key])
-        settings[key] = None if inactive or neutral else value
-    return settings
-
-
-def _mode(config: GenerationConfig) -> str:
-    if (getattr(config, "num_beams", 1) or 1) > 1:
-        return "beam"
-    return "sample" if getattr(config, "do_sample", False) else "greedy"
 
 
 @contextlib.contextmanager
@@ -224,6 +166,27 @@ def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield
+
+
+class _LengthClash(logging.Filter):
+    """Drops transformers' "Both `max_new_tokens` (=8) and `max_length`(=20) seem to have been set" warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Both `max_new_tokens`")
+
+
+@contextlib.contextmanager
+def length_clash_muted() -> Iterator[None]:
+    """Mute transformers' warning that max_new_tokens overrides the model's max_length, for genguard's own calls:
+    record() always passes max_new_tokens, on purpose, so the warning says nothing the user can act on (and the
+    recorder's calls would print it into every training log). Other warnings still show."""
+    logger = logging.getLogger("transformers.generation.utils")
+    muted = _LengthClash()
+    logger.addFilter(muted)
+    try:
+        yield
+    finally:
+        logger.removeFilter(muted)
 
 
 def eos_ids(config: GenerationConfig) -> set[int]:
@@ -392,16 +355,6 @@ def prompt_trace(
     ids = [st.token_id for st in path if st.token_id not in eos]
     text = tokenizer.decode(ids, skip_special_tokens=True)
     return PromptTrace(prompt=prompt, prompt_ids=prompt_ids, steps=tuple(path), finish_reason=finish, text=text)
-
-
-def int_setting(value: JSONScalar, default: int) -> int:
-    """A stored setting as an int (`default` when unset or not a number)."""
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-
-
-def float_setting(value: JSONScalar, default: float) -> float:
-    """A stored setting as a float (`default` when unset or not a number)."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def decoding(

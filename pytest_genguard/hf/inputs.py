@@ -27,6 +27,7 @@ __all__ = [
     "check_generation_config",
     "check_model",
     "check_prompt_tokens",
+    "check_top_k",
     "context_length",
     "integer",
     "prompt_list",
@@ -65,7 +66,27 @@ def prompt_list(prompts: Any) -> list[str]:
                 f"record(): prompt {index} is {type(item).__name__} {_short(item)}, not a string; pass the prompts "
                 "as text (record() tokenizes them with the tokenizer it is given)."
             )
+        lone = next((i for i, ch in enumerate(item) if "\ud800" <= ch <= "\udfff"), None)
+        if lone is not None:  # tokenizers fails on it with a bare TypeError; it cannot be written as UTF-8 either
+            raise ValueError(
+                f"record(): prompt {index} {_short(item)} has a lone surrogate {item[lone]!r} at position {lone}: "
+                "it is not text a tokenizer can read (often bytes decoded with errors='surrogateescape'); decode "
+                "the bytes with errors='replace', or remove the character."
+            )
     return items
+
+
+def check_top_k(top_k: int, model: PreTrainedModel) -> None:
+    """record()'s top_k (alternatives recorded per step) within the scores the model gives: an error rather than
+    a silent clamp, so the trace records what the test asked for."""
+    embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    vocab = int(weight.shape[0]) if weight is not None else getattr(model.config, "vocab_size", None)
+    if isinstance(vocab, int) and top_k > vocab:
+        raise ValueError(
+            f"record(): top_k={top_k} alternatives per step, but the model scores {vocab} tokens; pass top_k <= "
+            f"{vocab} (a sampling top-k goes in generation_config, where transformers clamps it to the vocabulary)."
+        )
 
 
 def check_generate_kwargs(kwargs: Mapping[str, Any]) -> None:

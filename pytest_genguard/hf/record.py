@@ -21,6 +21,7 @@ from pytest_genguard.hf._generation import (
     collect_steps,
     eos_ids,
     inference,
+    length_clash_muted,
     path_lengths,
     prepare,
     prompt_trace,
@@ -68,7 +69,7 @@ def record(
         ]
         checks.check_prompt_tokens(model, prompt_list, all_prompt_ids, max_new_tokens)
         inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
-        with seeded(seed, device):
+        with seeded(seed, device), length_clash_muted():
             out = model.generate(
                 **inputs,
                 generation_config=prepared.config,
@@ -118,6 +119,7 @@ def _checked_arguments(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise ValueError(f"record(): seed must be an integer or None, got {seed!r}.")
     checks.check_model(model)
+    checks.check_top_k(k, model)
     return prompt_list, max_new, k, None if seed is None else int(seed)
 
 
@@ -196,7 +198,7 @@ def generate_from_ids(
     }
     if decoder_rows is not None:
         inputs["decoder_input_ids"] = torch.tensor([list(r) for r in decoder_rows], device=device)
-    with inference(model), seeded(seed, device):
+    with inference(model), seeded(seed, device), length_clash_muted():
         out = model.generate(**inputs, generation_config=prepared.config, **prepared.model_kwargs)
     steps = collect_steps(out, len(rows), top_k)
     start = out.sequences.shape[1] - len(steps)

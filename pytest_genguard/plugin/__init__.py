@@ -163,7 +163,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
-    if report.when == "call" or (report.when == "setup" and report.failed):  # events of a fixture that failed too
+    # events of a fixture that failed or skipped too (a pin it loaded is a pin in use)
+    if report.when == "call" or (report.when == "setup" and not report.passed):
         collected = item.stash.get(EVENTS_KEY, [])
         if collected:  # as JSON-able dicts: pytest-xdist sends them from the workers
             report.user_properties.append((USER_PROPERTY, [events.to_json(e) for e in collected]))
