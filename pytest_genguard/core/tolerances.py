@@ -76,7 +76,7 @@ class Tolerances:
     lse_ulps: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("atol", "rtol", "tie_tol", "lse_ulps"):
+        for name in TOLERANCE_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"Tolerances: {name} must be a number >= 0, got {value!r}")
