@@ -290,6 +290,24 @@ def test_the_second_line_says_which_environment_fields_moved_before_any_number()
         new, environment={"cpu_capability": "AVX512", "transformers": "5.23.0", "torch": "2.13.0"}
     )
     lines = render(compare(old, new)).splitlines()
-    assert lines[1] == "recorded on AVX2 / transformers 4.57.6, now AVX512 / transformers 5.23.0"
+    assert lines[1] == "recorded on transformers 4.57.6 / AVX2, now transformers 5.23.0 / AVX512"
     same = render(compare(old, dataclasses.replace(new, environment=old.environment))).splitlines()
     assert not same[1].startswith("recorded on")
+
+
+def test_a_torch_upgrade_leads_the_environment_line_like_a_transformers_one() -> None:
+    recorded = {"torch": "2.13.0+cpu", "transformers": "5.23.0", "cpu_capability": "AVX2", "num_threads": 1}
+    old = trace(PATH, environment=recorded)
+    new = trace(changed(3, step([(5, -0.02), (6, -2.0), (2, -3.0)])))
+
+    def line(**moved: object) -> str:
+        return render(compare(old, dataclasses.replace(new, environment={**recorded, **moved}))).splitlines()[1]
+
+    assert line(torch="2.6.0+cu124") == "recorded on torch 2.13.0+cpu, now torch 2.6.0+cu124"
+    # Named first, before the hardware and the settings that moved with it ...
+    assert line(torch="2.14.1+cu130", cpu_capability="AVX512", num_threads=2) == (
+        "recorded on torch 2.13.0+cpu / AVX2 / threads 1, now torch 2.14.1+cu130 / AVX512 / threads 2"
+    )
+    assert line(torch="2.6.0", transformers="4.57.6").startswith("recorded on torch 2.13.0+cpu / transformers 5.23.0,")
+    # ... and not named when only something else moved (the same release, another kernel set).
+    assert line(cpu_capability="AVX512") == "recorded on AVX2, now AVX512"
