@@ -35,6 +35,11 @@ def _cuda_fields(torch_mod: Any, device: torch.device) -> dict[str, JSONScalar]:
     }
 
 
+# What torch releases before 2.7 call the scalar kernel set (ATEN_CPU_CAPABILITY=default): one spelling everywhere,
+# so a trace, a baseline key or a cache key does not change with the torch release that named the kernels.
+_OLD_NAMES = {"NO AVX": "DEFAULT"}
+
+
 def cpu_capability(torch_mod: Any = None) -> str | None:
     """The SIMD level CPU kernels dispatch to ("DEFAULT", "AVX2", "AVX512", ...; ``ATEN_CPU_CAPABILITY`` picks a lower
     one): it changes CPU reduction order, and what training makes of one recipe."""
@@ -42,7 +47,10 @@ def cpu_capability(torch_mod: Any = None) -> str | None:
         import torch as torch_mod
     cpu = getattr(getattr(torch_mod, "backends", None), "cpu", None)
     getter = getattr(cpu, "get_cpu_capability", None)
-    return str(getter()) if callable(getter) else None
+    if not callable(getter):
+        return None
+    name = str(getter())
+    return _OLD_NAMES.get(name, name)
 
 
 def environment(
