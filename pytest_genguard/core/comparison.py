@@ -173,7 +173,7 @@ def summary_line(cmp: Comparison, *, fix: str | None = None) -> str:
     if cmp.dtype_change is None:
         return line
     old, new = cmp.dtype_change
-    head = f"dtype changed {old} -> {new}, judged under the looser dtype's tolerances ({cmp.tolerances})"
+    head = f"dtype changed {_bare(old)} -> {_bare(new)}, judged under the looser dtype's tolerances ({cmp.tolerances})"
     if cmp.dtype_change_allowed:
         return f"{cmp.verdict}: {head}, allowed by the test; {line}"
     if cmp.values_verdict is not None:
@@ -305,23 +305,25 @@ def _others(cmp: Comparison, shown: Divergence | None) -> list[str]:
     return lines
 
 
-# The environment fields that change what a kernel computes, in the order a reader checks them.
+# The environment fields that change what a kernel computes, in the order a reader checks them: the library
+# releases first (a torch upgrade is as much the user's own doing as a transformers one, and names the build, e.g.
+# 2.6.0+cu124), then the hardware and the settings.
 _HEADLINE_FIELDS = (
     ("engine", ""),  # a serving engine's trace (pytest_genguard.engines) against the transformers one
+    ("torch", "torch "),
+    ("transformers", "transformers "),
     ("device_type", ""),
     ("gpu_name", ""),
     ("cpu_capability", ""),
     ("dtype", ""),
     ("attn_implementation", "attention "),
     ("num_threads", "threads "),
-    ("torch", "torch "),
-    ("transformers", "transformers "),
 )
 
 
 def environment_line(cmp: Comparison) -> str | None:
-    """``recorded on AVX2 / transformers 4.57.6, now AVX512 / transformers 5.23.0``: the environment fields that
-    differ, before any number (None when none of them does), so a reader knows at once what moved."""
+    """``recorded on torch 2.13.0+cpu / AVX2, now torch 2.6.0+cu124 / AVX512``: the environment fields that differ,
+    library releases first, before any number (None when none of them does), so a reader knows at once what moved."""
     if not cmp.expected.environment or not cmp.actual.environment:
         return None
     moved = {key: (old, new) for key, old, new in cmp.environment_diff if old is not None or new is not None}

@@ -36,6 +36,11 @@ def _cuda_fields(torch_mod: Any, device: torch.device) -> dict[str, JSONScalar]:
     }
 
 
+# What torch releases before 2.7 call the scalar kernel set (ATEN_CPU_CAPABILITY=default): one spelling everywhere,
+# so a trace, a baseline key or a cache key does not change with the torch release that named the kernels.
+_OLD_NAMES = {"NO AVX": "DEFAULT"}
+
+
 def model_device(model: Any) -> torch.device:
     """Where `model` computes: its parameters' device, else its `device` attribute (optimum's ONNX Runtime /
     OpenVINO models have no parameters), else the CPU."""
@@ -53,7 +58,10 @@ def cpu_capability(torch_mod: Any = None) -> str | None:
         import torch as torch_mod
     cpu = getattr(getattr(torch_mod, "backends", None), "cpu", None)
     getter = getattr(cpu, "get_cpu_capability", None)
-    return str(getter()) if callable(getter) else None
+    if not callable(getter):
+        return None
+    name = str(getter())
+    return _OLD_NAMES.get(name, name)
 
 
 def cpu_model() -> str:

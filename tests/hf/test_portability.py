@@ -39,9 +39,9 @@ HASHES = """
 import json
 from pytest_genguard.hf.tiny import tiny_model
 from pytest_genguard.hf.fingerprint import weights_hash
-import torch
+from pytest_genguard.hf.environment import cpu_capability
 hashes = {f"{a}/{s}": weights_hash(tiny_model(a, seed=s)) for a in ("gpt2", "llama", "t5") for s in (0, 7)}
-print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "hashes": hashes}))
+print(json.dumps({"capability": cpu_capability(), "hashes": hashes}))
 """
 
 
