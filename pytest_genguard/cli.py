@@ -287,6 +287,7 @@ def bisect_command(
     nodeid: str, package: str, good: str | None, bad: str | None, pre: bool, find_links: Sequence[str]
 ) -> int:
     """`genguard bisect`: progress per probe, then the finding; exit codes in `bisection.report.EXIT_CODES`."""
+    # Imported here: bisect needs filelock, platformdirs and packaging, which `genguard show` (the core alone) does not.
     from pytest_genguard.bisection.driver import BisectError, bisect
     from pytest_genguard.bisection.environments import InstallError
     from pytest_genguard.bisection.releases import ReleaseError

@@ -20,7 +20,7 @@ def progress_line(package: str, probe: ProbeResult) -> str:
     head = f"  {package} {probe.version:<10} {probe.seconds:6.1f} s  "
     if probe.skipped is not None:
         return head + f"skipped: {probe.skipped}"
-    return head + f"{probe.verdict}: {probe.line}"
+    return head + probe.line
 
 
 def _neighbour(label: str, package: str, probe: ProbeResult) -> list[str]:
