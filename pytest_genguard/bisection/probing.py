@@ -54,7 +54,8 @@ def verdict_of(document: Mapping[str, Any], nodeid: str) -> tuple[str, str, str]
         seen = ", ".join(dict.fromkeys(str(e.get("verdict")) for e in checks)) or "no genguard check"
         return PASSED, f"passed ({seen})", environment
     kind = "error" if broken.get("when") != "call" else ("skipped" if broken.get("outcome") == "skipped" else "failed")
-    return kind, _short(f"{kind}: {broken.get('message') or '(no message)'}"), environment
+    message = (str(broken.get("message") or "").strip().splitlines() or ["(no message)"])[0]
+    return kind, _short(f"{kind}: {message}"), environment
 
 
 def _same_node(reported: str, wanted: str) -> bool:
