@@ -40,3 +40,19 @@ def test_bisect_names_5_23_0_for_the_repetition_penalty_on_left_padding():
         "first bad  transformers 5.23.0: regression: prompt 0 'the quick brown fox' diverges at step 4" in done.stdout
     )
     assert "recorded on transformers 5.21.1, now transformers 5.23.0" in done.stdout
+
+
+def test_bisect_names_5_19_0_for_the_length_penalty_that_turned_a_masked_eos_into_nan():
+    # Recorded on 5.17.0, where EOS scored NaN and greedy decoding stopped early; 5.19.0 keeps a masked EOS masked
+    # (ExponentialDecayLengthPenalty: penalty.masked_fill(~isfinite(eos score), 0)).
+    done, _ = genguard_bisect(
+        "tests/bisect_cases/case_length_penalty_nan.py::test_exponential_decay_length_penalty_while_eos_is_masked",
+        "--bad",
+        "5.19.0",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "first release with another verdict: 5.19.0 (last with the good verdict: 5.18.0)" in done.stdout
+    assert "good       transformers 5.18.0: passed" in done.stdout
+    assert (
+        "first bad  transformers 5.19.0: regression: prompt 0 'the quick brown fox' diverges at step 3" in done.stdout
+    )
