@@ -34,6 +34,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "startup": ("benchmarks.startup", "run"),
     "compare": ("benchmarks.snapshot_cost", "run_compare"),
     "size": ("benchmarks.snapshot_cost", "run_size"),
+    "engines": ("benchmarks.engine_speed", "run"),
     "suite": ("benchmarks.suite_time", "run"),
 }
 

@@ -23,7 +23,7 @@ from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.history import RecorderHistory
 from pytest_genguard.core.html import TraceFile, render_trace_files
 from pytest_genguard.core.text import clean, display_token, quote
-from pytest_genguard.core.tolerances import BFLOAT16, Overrides, tolerances_for
+from pytest_genguard.core.tolerances import Overrides, dtype_default
 from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
 
 if TYPE_CHECKING:
@@ -113,19 +113,13 @@ def _fmt(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
 
 
-def _tie_tol(trace: GenerationTrace) -> float:
-    try:
-        return tolerances_for(trace.dtype).tie_tol
-    except ValueError:  # an unknown dtype: the loosest defaults, as compare() does
-        return BFLOAT16.tie_tol
-
-
 def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, top: int | None) -> int:
     """Metadata lines and one table per prompt; returns how many fragile steps were flagged."""
     from rich.table import Table  # rich only where the tables are drawn: `genguard diff` does without it
     from rich.text import Text
 
-    tie_tol = _tie_tol(trace)
+    tolerances = dtype_default(trace.dtype)
+    tie_tol = tolerances.tie_tol
     meta = [("model", f"{trace.model.short()} ({trace.model.dtype})" if trace.model else "(not recorded)")]
     if trace.tokenizer is not None:
         meta.append(("tokenizer", f"{trace.tokenizer.name} {trace.tokenizer.hash[:12]}"))
@@ -144,7 +138,7 @@ def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, t
             table.add_column(name, justify="left" if name == "token" else "right")
         table.add_column("top-k (token p)", overflow="fold")
         for s, step in enumerate(p.steps):
-            fragile = step.margin < tie_tol
+            fragile = tolerances.near_tie(step.margin)
             fragile_total += fragile
             alts = Text()
             for rank, (tid, lp) in enumerate(zip(step.top_ids, step.top_logprobs, strict=False)):
@@ -159,7 +153,7 @@ def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, t
         console.print(table)
     if fragile_total:
         note = (
-            f"* {fragile_total} fragile steps: top-1/top-2 margin under the tie tolerance {tie_tol:g} "
+            f"* {fragile_total} fragile steps: top-1/top-2 margin within the tie tolerance {tie_tol:g} "
             "(a tiny numeric change can flip these tokens)"
         )
         console.print(Text(note, style="red"))

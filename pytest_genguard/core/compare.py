@@ -11,7 +11,9 @@ The rule combines what vLLM, Hugging Face and TGI learned (see DESIGN.md, "Diver
   nothing after the split is compared;
 - different lengths or finish reasons over an agreeing path, or the same prompt text tokenized to different ids, are
   regressions;
-- a changed model, tokenizer, decoding settings or prompt list makes the recorded trace *stale*, not regressed.
+- a changed model, tokenizer, decoding settings or prompt list makes the recorded trace *stale*, not regressed;
+- traces of two dtypes (float32 recorded, float16 now) are judged under the looser dtype's tolerances, and fail
+  whatever the values unless the caller passes ``allow_dtype_change=True``: a precision switch is never silent.
 
 Every part is symmetric (``compare(a, b)`` and ``compare(b, a)`` give the same verdict) and monotone in the
 tolerances (a pass stays a pass under looser ones); the tests check both as properties. `PromptTrace.text` (the
@@ -29,13 +31,21 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from pytest_genguard.core.comparison import Comparison
+from pytest_genguard.core.environments import logprobs_epsilon
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.text import quote
-from pytest_genguard.core.tolerances import ToleranceArgs, Tolerances, default_tolerances, resolve, same
+from pytest_genguard.core.tolerances import (
+    ToleranceArgs,
+    Tolerances,
+    default_tolerances,
+    dtype_change,
+    resolve,
+    same,
+)
 from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step
 from pytest_genguard.core.verdict import Divergence, DivergenceKind, ErrorStats, Verdict, worst
 
-__all__ = ["compare"]
+__all__ = ["compare", "step_scale"]
 
 
 def _same_scalar(a: JSONScalar, b: JSONScalar) -> bool:
@@ -72,6 +82,8 @@ class _PromptRun:
     tol: Tolerances
     differs: bool = False  # some compared value or the top-k order is not bitwise equal
     failure: tuple[DivergenceKind, str] | None = None  # first value beyond tolerance in the current step
+    epsilon: float = 0.0  # of the coarser dtype the two traces' logprobs were computed in
+    rounding: float = 0.0  # the current step's: epsilon * |lse| (`step_scale`)
 
     def check(self, a: float, b: float, step: int, where: str, kind: DivergenceKind, label: str) -> None:
         """Compare one value pair, record statistics and the step's first failure."""
@@ -83,7 +95,7 @@ class _PromptRun:
         finite = math.isfinite(a) and math.isfinite(b)
         # Not equal and not both finite (NaN vs number, inf vs number): an infinite error, never within tolerance.
         diff = abs(a - b) if finite else math.inf
-        allowed = self.tol.allowed(a, b) if finite else 0.0
+        allowed = self.tol.allowed(a, b, self.rounding) if finite else 0.0
         scale = max(abs(a), abs(b)) if finite else math.inf
         st.sum_abs += diff
         st.max_rel = max(st.max_rel, diff / scale if finite else math.inf)
@@ -105,8 +117,22 @@ def _pair(a: float, b: float) -> str:
     return f"{left} vs {right}"
 
 
+def step_scale(e: Step, a: Step) -> float:
+    """The log-sum-exp magnitude a step's rounding allowance grows with (`Tolerances.lse_ulps`): the larger of the
+    two sides' `Step.lse`. A trace of pytest-genguard 0.1 has none: its |score - logprob| stands in, which is |lse|
+    exactly where the score is the raw logit (decoding without processors) and of its order otherwise (0.83 |lse|
+    for a confident token at temperature 1.2; about 0 for beam search, whose scores are logprobs). Values that are
+    not finite count as 0."""
+    known = [abs(x) for x in (e.lse, a.lse) if x is not None and math.isfinite(x)]
+    if known:
+        return max(known)
+    estimates = [abs(s.score - s.logprob) for s in (e, a)]
+    return max((x for x in estimates if math.isfinite(x)), default=0.0)
+
+
 def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
     """Compare the values of a step where both sides chose the same token."""
+    run.rounding = run.epsilon * step_scale(e, a)
     run.check(e.logprob, a.logprob, s, "logprob", "logprob", "logprob")
     run.check(e.score, a.score, s, "score", "logprob", "score")
     if e.top_ids != a.top_ids:
@@ -153,7 +179,7 @@ def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances) ->
         # Magnitudes: with sampling or processors the chosen token need not lead in raw logprob, and a near tie is
         # about closeness either way. NaN poisons the gap explicitly (max() with NaN depends on argument order).
         gap = math.nan if math.isnan(gap_e) or math.isnan(gap_a) else max(abs(gap_e), abs(gap_a))
-    tolerated = gap is not None and tol.tie_tol > 0 and gap <= tol.tie_tol
+    tolerated = gap is not None and tol.near_tie(gap)
     if gap is None:
         missing = []
         if e_rank_in_a is None:
@@ -201,13 +227,13 @@ def _divergence(
 
 
 def _compare_prompt(
-    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats
+    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats, epsilon: float
 ) -> tuple[Verdict, Divergence | None]:
     """Walk one prompt's common prefix; return its verdict and its first divergence."""
     if e.prompt_ids != a.prompt_ids:
         detail = f"prompt_ids {_ids(e.prompt_ids)} vs {_ids(a.prompt_ids)}"
         return Verdict.REGRESSION, _divergence(i, e, 0, "prompt", None, None, detail)
-    run = _PromptRun(i, stats, tol)
+    run = _PromptRun(i, stats, tol, epsilon=epsilon)
     n = min(len(e.steps), len(a.steps))
     for s in range(n):
         es, as_ = e.steps[s], a.steps[s]
@@ -342,12 +368,14 @@ def compare(
 
     Tolerances default to `tolerances_for()` of the traces' dtype (the loosest of the two when they differ), or to
     `tolerances=`; `atol=`/`rtol=`/`tie_tol=` override single fields. `check_fingerprints=False` ignores model and
-    tokenizer fingerprints (to compare two models on purpose). Never raises on valid traces.
+    tokenizer fingerprints (to compare two models on purpose); `allow_dtype_change=True` lets traces of two dtypes
+    pass on their values (they fail otherwise). Never raises on valid traces.
     """
     for name, value in (("expected", expected), ("actual", actual)):
         if not isinstance(value, GenerationTrace):
             raise TypeError(f"compare: {name} must be a GenerationTrace, got {type(value).__name__}")
     tol = resolve(default_tolerances(expected, actual), tolerances)
+    epsilon = max(logprobs_epsilon(expected.environment), logprobs_epsilon(actual.environment))
     stats = _Stats()
     divergences: list[Divergence] = []
     verdicts: list[Verdict | None] = []
@@ -355,13 +383,18 @@ def compare(
         if e.prompt != a.prompt:
             verdicts.append(None)
             continue
-        verdict, div = _compare_prompt(i, e, a, tol, stats)
+        verdict, div = _compare_prompt(i, e, a, tol, stats, epsilon)
         verdicts.append(verdict)
         if div is not None:
             divergences.append(div)
     verdicts += [None] * (max(len(expected.prompts), len(actual.prompts)) - len(verdicts))
     stale = _stale_reasons(expected, actual, check_fingerprints)
     overall = Verdict.STALE if stale else worst(v for v in verdicts if v is not None)
+    dtypes = dtype_change(expected, actual)
+    allowed = bool(tolerances.get("allow_dtype_change"))
+    values_verdict = None
+    if dtypes is not None and not allowed and overall.ok:
+        values_verdict, overall = overall, Verdict.REGRESSION  # the values may hold; the switch itself fails
     return Comparison(
         verdict=overall,
         tolerances=tol,
@@ -372,4 +405,7 @@ def compare(
         expected=expected,
         actual=actual,
         prompt_verdicts=tuple(verdicts),
+        dtype_change=dtypes,
+        dtype_change_allowed=allowed,
+        values_verdict=values_verdict,
     )

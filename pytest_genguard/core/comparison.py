@@ -38,6 +38,11 @@ class Comparison:
     expected: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
     actual: GenerationTrace = field(default_factory=lambda: GenerationTrace(prompts=()), repr=False)
     prompt_verdicts: tuple[Verdict | None, ...] = ()
+    dtype_change: tuple[str, str] | None = None
+    """(recorded, new) dtype when the traces' dtypes differ (see `tolerances.dtype_change`)."""
+    dtype_change_allowed: bool = False
+    values_verdict: Verdict | None = None
+    """What the values alone concluded, where a dtype switch the test did not allow turned it into a regression."""
 
     def __bool__(self) -> bool:
         return self.verdict.ok
@@ -155,9 +160,31 @@ def fix_command(cmp: Comparison, fix: str | None = None) -> str | None:
     return None
 
 
+ALLOW_DTYPE_CHANGE = (
+    "if the switch is intended, mark the test @pytest.mark.genguard(allow_dtype_change=True), or keep a baseline per "
+    "dtype: pytest --genguard-baselines per-env --snapshot-update"
+)
+
+
 def summary_line(cmp: Comparison, *, fix: str | None = None) -> str:
-    """The verdict and the first divergence in one sentence: the line pytest always shows."""
-    verdict = cmp.verdict
+    """The verdict and the first divergence in one sentence: the line pytest always shows. A dtype switch comes
+    right after the verdict: it decides how every value was judged, and it fails unless the test allows it."""
+    line = _verdict_line(cmp, cmp.verdict, fix)
+    if cmp.dtype_change is None:
+        return line
+    old, new = cmp.dtype_change
+    head = f"dtype changed {_bare(old)} -> {_bare(new)}, judged under the looser dtype's tolerances ({cmp.tolerances})"
+    if cmp.dtype_change_allowed:
+        return f"{cmp.verdict}: {head}, allowed by the test; {line}"
+    if cmp.values_verdict is not None:
+        held = _verdict_line(cmp, cmp.values_verdict, fix)
+        return f"{cmp.verdict}: {head}; the values hold ({held}) but the test does not allow a dtype switch; " + (
+            ALLOW_DTYPE_CHANGE
+        )
+    return f"{cmp.verdict}: {head}; {line}"
+
+
+def _verdict_line(cmp: Comparison, verdict: Verdict, fix: str | None) -> str:
     if verdict is Verdict.STALE:
         return f"stale: {'; '.join(cmp.stale_reasons)}; if intended, re-record with: {fix_command(cmp, fix)}"
     if verdict is Verdict.IDENTICAL:
@@ -278,30 +305,35 @@ def _others(cmp: Comparison, shown: Divergence | None) -> list[str]:
     return lines
 
 
-# The environment fields that change what a kernel computes, in the order a reader checks them.
+# The environment fields that change what a kernel computes, in the order a reader checks them: the library
+# releases first (a torch upgrade is as much the user's own doing as a transformers one, and names the build, e.g.
+# 2.6.0+cu124), then the hardware and the settings.
 _HEADLINE_FIELDS = (
+    ("engine", ""),  # a serving engine's trace (pytest_genguard.engines) against the transformers one
+    ("torch", "torch "),
+    ("transformers", "transformers "),
     ("device_type", ""),
     ("gpu_name", ""),
     ("cpu_capability", ""),
     ("dtype", ""),
     ("attn_implementation", "attention "),
     ("num_threads", "threads "),
-    ("torch", "torch "),
-    ("transformers", "transformers "),
 )
 
 
 def environment_line(cmp: Comparison) -> str | None:
-    """``recorded on AVX2 / transformers 4.57.6, now AVX512 / transformers 5.23.0``: the environment fields that
-    differ, before any number (None when none of them does), so a reader knows at once what moved."""
+    """``recorded on torch 2.13.0+cpu / AVX2, now torch 2.6.0+cu124 / AVX512``: the environment fields that differ,
+    library releases first, before any number (None when none of them does), so a reader knows at once what moved."""
     if not cmp.expected.environment or not cmp.actual.environment:
         return None
     moved = {key: (old, new) for key, old, new in cmp.environment_diff if old is not None or new is not None}
     before, after = [], []
     for key, label in _HEADLINE_FIELDS:
-        if key not in moved:
-            continue
+        if key not in moved or (key == "attn_implementation" and "engine" in moved):
+            continue  # an engine has no transformers attention implementation: its name says it all
         old, new = moved[key]
+        if key == "engine":  # the side without an engine is transformers itself
+            old, new = old or "transformers", new or "transformers"
         before.append(f"{label}{_bare(old)}")
         after.append(f"{label}{_bare(new)}")
     if not before:

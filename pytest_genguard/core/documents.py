@@ -1,6 +1,7 @@
 """What a snapshot or a trace file holds, a *document*: a `GenerationTrace` or a recorder history. Reading and writing
 either from its text, and the one comparison of two documents (`compare_documents`), with the rule for histories:
-checkpoint by checkpoint under the training tolerance. The snapshot fixture, the syrupy extension and `genguard
+checkpoint by checkpoint, bitwise in the environment that recorded them and under the training tolerance
+elsewhere. The snapshot fixture, the syrupy extension and `genguard
 diff` all judge through it. Standard library only.
 """
 
@@ -13,9 +14,10 @@ from typing import Any
 from pytest_genguard.core.bisect_hint import with_bisect_hint
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
+from pytest_genguard.core.environments import same_environment
 from pytest_genguard.core.history import Checkpoint, RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.core.text import number
-from pytest_genguard.core.tolerances import TRAINING, TRAINING_LOSS, Overrides, Tolerances
+from pytest_genguard.core.tolerances import EXACT, TRAINING, TRAINING_LOSS, Overrides, Tolerances
 from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict, worst
 
@@ -66,9 +68,33 @@ def parse_document(text: str, source: str) -> Document:
             f"{source}: not UTF-8 text (invalid byte at offset {exc.start}); the file is corrupt: restore it from "
             "version control or re-record it (pytest --snapshot-update)."
         ) from None
+    conflict = _conflict_line(text)
+    if conflict is not None:
+        raise TraceFormatError(
+            f"{source}: unresolved git merge conflict (conflict markers from line {conflict}): both branches changed "
+            "this snapshot. Do not merge the JSON by hand: keep one side whole (git checkout --ours or --theirs "
+            "-- <file>) and re-record it on the merged code (pytest --snapshot-update <test>)."
+        )
     if '"genguard_history"' in text[:200]:
         return history_from_json(text, source=source)
+    if text.strip() and '"schema"' not in text:
+        raise TraceFormatError(
+            f'{source}: not a genguard trace or recorder history (it has no "schema" key): genguard reads the '
+            "files pytest-genguard writes (the .genguard snapshots, GenerationTrace.to_json())."
+        )
     return GenerationTrace.from_json(text, source=source)
+
+
+def _conflict_line(text: str) -> int | None:
+    """The line of the first git conflict marker when `text` holds a whole conflict (<<<<<<<, =======, >>>>>>>)."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("<<<<<<< ") or line == "<<<<<<<"]
+    if not starts:
+        return None
+    rest = lines[starts[0] :]
+    if "=======" in rest and any(line.startswith(">>>>>>>") for line in rest):
+        return starts[0] + 1
+    return None
 
 
 @dataclass(frozen=True)
@@ -133,13 +159,24 @@ def invalid_outcome(error: TraceFormatError, rerecord: Rerecord) -> Outcome:
     )
 
 
-def training_tolerances(overrides: Overrides) -> Tolerances:
-    """The tolerances a recorder history is compared with: `TRAINING`, with the test's overrides on top."""
-    return overrides.on(TRAINING)
+def training_tolerances(overrides: Overrides, *, same_env: bool = False) -> Tolerances:
+    """The tolerances a recorder history is compared with: bitwise (`EXACT`) when both were recorded in the same
+    environment, where training is bitwise reproducible (measured: genguard's recipes on one machine give the same
+    weights and the same history text), else `TRAINING`; the test's overrides on top."""
+    return overrides.on(EXACT if same_env else TRAINING)
 
 
-def _describe_training(tolerances: Tolerances) -> str:
+def _describe_training(tolerances: Tolerances, same_env: bool) -> str:
+    if same_env:
+        return f"same environment: logprobs {tolerances}, loss bitwise"
     return f"training tolerance: logprobs {tolerances}; loss atol {TRAINING_LOSS.atol:g}, rtol {TRAINING_LOSS.rtol:g}"
+
+
+def _same_environment(expected: Sequence[Checkpoint], actual: Sequence[Checkpoint]) -> bool:
+    """Whether two histories come from one environment: every pair of checkpoint traces does."""
+    return bool(expected) and all(
+        same_environment(e.trace.environment, a.trace.environment) for e, a in zip(expected, actual, strict=True)
+    )
 
 
 def _compare_histories(
@@ -155,12 +192,14 @@ def _compare_histories(
             f"re-record with: {rerecord.command(Verdict.STALE)}"
         )
         return Outcome(Verdict.STALE, detail)
-    tolerances = training_tolerances(overrides)
+    same_env = _same_environment(expected, actual)
+    tolerances = training_tolerances(overrides, same_env=same_env)
+    loss_tolerances = EXACT if same_env else TRAINING_LOSS
     comparisons = [compare(e.trace, a.trace, tolerances=tolerances) for e, a in zip(expected, actual, strict=True)]
     loss_notes = [
         f"checkpoint {i} (step {e.step}): loss {number(e.loss, 6)} -> {number(a.loss, 6)}"
         for i, (e, a) in enumerate(zip(expected, actual, strict=True))
-        if e.loss is not None and a.loss is not None and not TRAINING_LOSS.close(e.loss, a.loss)
+        if e.loss is not None and a.loss is not None and not loss_tolerances.close(e.loss, a.loss)
     ]
     if not comparisons:
         return Outcome(Verdict.IDENTICAL, "identical (no checkpoints)")
@@ -169,7 +208,9 @@ def _compare_histories(
     cmp = comparisons[index]
     verdict = worst([found, Verdict.REGRESSION]) if loss_notes else found
     where = f"checkpoint {index} (step {expected[index].step}, {expected[index].event})"
-    head = f"{verdict.value}: {len(expected)} checkpoints, worst at {where} ({_describe_training(tolerances)})"
+    head = (
+        f"{verdict.value}: {len(expected)} checkpoints, worst at {where} ({_describe_training(tolerances, same_env)})"
+    )
     lines = [head, *(["training loss beyond tolerance: " + "; ".join(loss_notes)] if loss_notes else [])]
     lines += ["", f"{where}:", render(cmp, fix=rerecord.command(verdict))]
     return Outcome(verdict, "\n".join(lines), cmp)

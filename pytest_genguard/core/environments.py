@@ -10,7 +10,24 @@ from typing import Any
 
 from pytest_genguard.core.jsontext import JSONScalar
 
-__all__ = ["NOT_NUMERIC_FIELDS", "environment_class", "environment_differences", "same_environment"]
+__all__ = [
+    "LOGPROBS_FIELD",
+    "NOT_NUMERIC_FIELDS",
+    "environment_class",
+    "environment_differences",
+    "logprobs_epsilon",
+    "same_environment",
+]
+
+LOGPROBS_FIELD = "logprobs"
+"""The environment field that says in which dtype genguard computed the logprobs: "float64" since pytest-genguard
+0.2; absent in traces of 0.1, which computed them in float32."""
+
+
+def logprobs_epsilon(fields: Mapping[str, JSONScalar]) -> float:
+    """The machine epsilon of the dtype the trace's logprobs were computed in (float32's for a trace that does not
+    say): the unit of their rounding, at the scale of each step's log-sum-exp."""
+    return 2.0**-52 if fields.get(LOGPROBS_FIELD) == "float64" else 2.0**-23
 
 
 def environment_class(fields: Mapping[str, JSONScalar] | Any) -> str:

@@ -22,6 +22,7 @@ __all__ = [
     "Event",
     "FragileStep",
     "InvariantEvent",
+    "PinEvent",
     "RecordEvent",
     "begin",
     "emit",
@@ -96,7 +97,7 @@ class InvariantEvent:
 
 @dataclass(frozen=True)
 class FragileStep:
-    """A recorded step whose top-1/top-2 margin is under the tie tolerance."""
+    """A recorded step whose top-1/top-2 margin is within the tie tolerance (`Tolerances.near_tie`)."""
 
     prompt: int
     text: str
@@ -115,7 +116,21 @@ class RecordEvent:
     kind: Literal["record"] = "record"
 
 
-Event = CheckEvent | InvariantEvent | RecordEvent
+PinAction = Literal["loaded", "created", "re-pinned"]
+
+
+@dataclass(frozen=True)
+class PinEvent:
+    """A pin folder a test used: loaded, written for the first time (``--snapshot-update``) or re-trained and
+    rewritten (``--genguard-rebuild``), with what moved (`changes`, for a re-pin)."""
+
+    folder: str
+    action: PinAction
+    changes: tuple[str, ...] = ()
+    kind: Literal["pin"] = "pin"
+
+
+Event = CheckEvent | InvariantEvent | RecordEvent | PinEvent
 
 _OPTIONAL = ("expected", "actual", "file", "via", "was", "reference", "bitwise")
 
@@ -131,6 +146,8 @@ def to_json(event: Event) -> dict[str, Any]:
             "failure": event.failure,
             "summary": event.summary,
         }
+    if isinstance(event, PinEvent):
+        return {"kind": "pin", "folder": event.folder, "action": event.action, "changes": list(event.changes)}
     if isinstance(event, RecordEvent):
         fragile = [{"prompt": s.prompt, "text": s.text, "step": s.step, "margin": s.margin} for s in event.fragile]
         return {
@@ -171,6 +188,10 @@ def from_json(raw: Mapping[str, Any]) -> Event:
     if kind == "invariant":
         ok = bool(raw.get("ok", not raw.get("failure", False)))
         return InvariantEvent(str(raw.get("name", "")), ok, str(raw.get("summary", "")))
+    if kind == "pin":
+        written = str(raw.get("action"))
+        action: PinAction = "created" if written == "created" else "re-pinned" if written == "re-pinned" else "loaded"
+        return PinEvent(str(raw.get("folder", "")), action, tuple(str(c) for c in raw.get("changes", ())))
     if kind == "record":
         fragile = tuple(
             FragileStep(

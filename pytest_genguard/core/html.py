@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.text import clean, display_token, quote
-from pytest_genguard.core.tolerances import Tolerances, same, tolerances_for
+from pytest_genguard.core.tolerances import Tolerances, dtype_default, same
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
 
 __all__ = ["DIVERGENCE", "Page", "TraceFile", "badge", "document", "escape", "render_trace_files", "toolbar"]
@@ -292,7 +292,7 @@ class Page:
 
     def trace(self, trace: GenerationTrace) -> str:
         """One trace on its own (for `genguard report DIR`): metadata, then every prompt's path with its top-k."""
-        tol = _tolerances_or_default(trace.dtype)
+        tol = dtype_default(trace.dtype)
         meta = [("model", trace.model.short() + f" ({trace.model.dtype})" if trace.model else "(none)")]
         if trace.tokenizer:
             meta.append(("tokenizer", f"{trace.tokenizer.name} {trace.tokenizer.hash[:12]}"))
@@ -305,7 +305,7 @@ class Page:
         for i, p in enumerate(trace.prompts):
             rows = []
             for s, step in enumerate(p.steps):
-                fragile = step.margin < tol.tie_tol
+                fragile = tol.near_tie(step.margin)
                 rows.append(
                     f"<tr{' class=fragile' if fragile else ''}><td class=n>{s}</td><td>{_tok(step.token)}</td>"
                     f"<td class=n>{_num(step.logprob)}</td><td class='n m'>{_num(step.margin)}</td>"
@@ -321,13 +321,6 @@ class Page:
 
 def _scalar(value: JSONScalar) -> str:
     return "(unset)" if value is None else str(value)
-
-
-def _tolerances_or_default(dtype: str | None) -> Tolerances:
-    try:
-        return tolerances_for(dtype)
-    except ValueError:
-        return tolerances_for("bfloat16")
 
 
 def document(title: str, subtitle: str, body: str) -> str:

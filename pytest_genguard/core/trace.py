@@ -65,6 +65,10 @@ class Step:
     """The highest processed score at this step when it is not the chosen token's (None: the chosen token had the
     best score, as greedy decoding always does, or it was not recorded). Kept only when it differs, so greedy traces
     do not repeat every score."""
+    lse: float | None = None
+    """The log-sum-exp of the step's raw logits (logprob = logit - lse): the scale at which float32 rounds every
+    logprob of the step, which the comparison rule's allowance grows with (`Tolerances.lse_ulps`). None in traces
+    of pytest-genguard 0.1, which are compared with the rule of that version."""
 
     def __post_init__(self) -> None:
         if self.best_score is not None and self.best_score == self.score:
@@ -201,9 +205,10 @@ def _margin(value: float) -> str:
 
 def _step(step: Step) -> str:
     best = "" if step.best_score is None else f'"best_score": {format_float(step.best_score)}, '
+    lse = "" if step.lse is None else f'"lse": {format_float(step.lse)}, '
     return (
         f'{{"id": {step.token_id}, "token": {string_text(step.token)}, "logprob": {format_float(step.logprob)}, '
-        f'"score": {format_float(step.score)}, {best}"margin": {_margin(step.margin)}, '
+        f'"score": {format_float(step.score)}, {best}{lse}"margin": {_margin(step.margin)}, '
         f'"top_ids": {ints_text(step.top_ids)}, "top_logprobs": {floats_text(step.top_logprobs)}}}'
     )
 
@@ -345,6 +350,7 @@ def _read_step(r: _Reader, raw: Any, where: str) -> Step:
         top_ids=top_ids,
         top_logprobs=top_lps,
         best_score=None if obj.get("best_score") is None else r.float_(obj["best_score"], f"{where}.best_score"),
+        lse=None if obj.get("lse") is None else r.float_(obj["lse"], f"{where}.lse"),
     )
 
 

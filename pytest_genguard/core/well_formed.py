@@ -35,6 +35,33 @@ class _Expect:
     record_top_k: int | None
 
 
+# Settings that never re-rank a greedy step's tokens (min_new_tokens is checked on its own). Any other setting a
+# trace stores (bad_words_ids, suppress_tokens, sequence_bias, ...: record() stores every one that was set) may.
+_NOT_RANKING = frozenset(
+    {
+        "max_new_tokens",
+        "min_new_tokens",
+        "do_sample",
+        "num_beams",
+        "temperature",
+        "top_k",
+        "top_p",
+        "typical_p",
+        "min_p",
+        "length_penalty",
+        "early_stopping",
+        "use_cache",
+        "mode",
+        "seed",
+        "record_top_k",
+        "eos_token_id",
+        "repetition_penalty",
+        "no_repeat_ngram_size",
+        "logits_processor",
+    }
+)
+
+
 def _int_setting(settings: dict[str, JSONScalar], key: str) -> int | None:
     value = settings.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -60,7 +87,8 @@ def _expectations(trace: GenerationTrace, eos_token_id: int | Sequence[int] | No
     penalty = settings.get("repetition_penalty")
     ngram = settings.get("no_repeat_ngram_size")
     custom = settings.get("logits_processor")  # record(logits_processor=...): class names of the user's processors
-    ranking = (penalty not in (None, 1, 1.0)) or (ngram not in (None, 0)) or bool(custom)
+    other = any(key not in _NOT_RANKING and value is not None for key, value in settings.items())
+    ranking = (penalty not in (None, 1, 1.0)) or (ngram not in (None, 0)) or bool(custom) or other
     mode = settings.get("mode")
     return _Expect(
         eos=eos_ids_from(eos_token_id, settings),

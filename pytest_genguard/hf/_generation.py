@@ -11,6 +11,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import PromptTrace, Step
 from pytest_genguard.hf import inputs as checks
+from pytest_genguard.hf.decoding_settings import SETTING_KEYS, float_setting, int_setting, mode, trace_settings
 
 if TYPE_CHECKING:
     import torch
@@ -33,6 +35,7 @@ __all__ = [
     "float_setting",
     "inference",
     "int_setting",
+    "length_clash_muted",
     "path_lengths",
     "prepare",
     "processor_names",
@@ -41,25 +44,6 @@ __all__ = [
     "seeded",
     "token_texts",
 ]
-
-# Generation settings that change what is generated; stored in every trace so a changed test is told from a change
-# of the model.
-SETTING_KEYS: tuple[str, ...] = (
-    "max_new_tokens",
-    "min_new_tokens",
-    "do_sample",
-    "num_beams",
-    "temperature",
-    "top_k",
-    "top_p",
-    "typical_p",
-    "min_p",
-    "repetition_penalty",
-    "no_repeat_ngram_size",
-    "length_penalty",
-    "early_stopping",
-    "use_cache",
-)
 
 
 @dataclass(frozen=True)
@@ -115,9 +99,9 @@ def prepare(
             "with its own seed instead."
         )
     checks.check_generation_config(config)
-    settings = _settings(config)
+    settings = trace_settings(config)
     settings["max_new_tokens"] = max_new_tokens
-    settings["mode"] = _mode(config)
+    settings["mode"] = mode(config)
     custom = processor_names(model_kwargs.get("logits_processor"))
     if custom is not None:  # stored only when given: traces without custom processors read as before
         settings["logits_processor"] = custom
@@ -143,48 +127,6 @@ def processor_names(processors: Any) -> str | None:
     return ",".join(names) if names else None
 
 
-# Values that leave decoding as it is, and settings that act in one mode only: stored as None, so a trace reads the
-# same whether a transformers version spells "unset" as None (5.x) or as the neutral default (4.5x fills them in).
-_NEUTRAL: dict[str, JSONScalar] = {
-    "do_sample": False,
-    "num_beams": 1,
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "typical_p": 1.0,
-    "min_p": 0.0,
-    "repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "min_new_tokens": 0,
-    "length_penalty": 1.0,
-    "early_stopping": False,
-    "use_cache": True,
-}
-_SAMPLING_ONLY = frozenset({"temperature", "top_k", "top_p", "typical_p", "min_p"})
-_BEAM_ONLY = frozenset({"length_penalty", "early_stopping"})
-
-
-def _settings(config: GenerationConfig) -> dict[str, JSONScalar]:
-    """The decoding settings that change what is generated, normalized across transformers versions."""
-    mode = _mode(config)
-    settings: dict[str, JSONScalar] = {}
-    for key in SETTING_KEYS:
-        value = getattr(config, key, None)
-        if not (isinstance(value, (bool, int, float, str)) or value is None):
-            continue
-        inactive = (key in _SAMPLING_ONLY and not getattr(config, "do_sample", False)) or (
-            key in _BEAM_ONLY and mode != "beam"
-        )
-        neutral = key in _NEUTRAL and value == _NEUTRAL[key] and type(value) is type(_NEUTRAL[key])
-        settings[key] = None if inactive or neutral else value
-    return settings
-
-
-def _mode(config: GenerationConfig) -> str:
-    if (getattr(config, "num_beams", 1) or 1) > 1:
-        return "beam"
-    return "sample" if getattr(config, "do_sample", False) else "greedy"
-
-
 @contextlib.contextmanager
 def inference(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None = None, padding_side: str | None = None
@@ -192,9 +134,11 @@ def inference(
     """Eval mode and no_grad (and, with `tokenizer`, its padding side) for the block; everything restored afterwards."""
     import torch
 
-    was_training = model.training
+    was_training = bool(getattr(model, "training", False))
     # Switching modes walks every module twice: skip it when nothing is in training mode (the usual case here).
-    switch = was_training or any(module.training for module in model.modules())
+    # A model without torch modules (optimum's ONNX Runtime / OpenVINO classes) has no mode to switch.
+    modules = model.modules() if hasattr(model, "modules") else ()
+    switch = was_training or any(module.training for module in modules)
     old_side = tokenizer.padding_side if tokenizer is not None else None
     if switch:
         model.eval()
@@ -224,6 +168,27 @@ def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
         yield
 
 
+class _LengthClash(logging.Filter):
+    """Drops transformers' "Both `max_new_tokens` (=8) and `max_length`(=20) seem to have been set" warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Both `max_new_tokens`")
+
+
+@contextlib.contextmanager
+def length_clash_muted() -> Iterator[None]:
+    """Mute transformers' warning that max_new_tokens overrides the model's max_length, for genguard's own calls:
+    record() always passes max_new_tokens, on purpose, so the warning says nothing the user can act on (and the
+    recorder's calls would print it into every training log). Other warnings still show."""
+    logger = logging.getLogger("transformers.generation.utils")
+    muted = _LengthClash()
+    logger.addFilter(muted)
+    try:
+        yield
+    finally:
+        logger.removeFilter(muted)
+
+
 def eos_ids(config: GenerationConfig) -> set[int]:
     """The EOS ids of a generation config."""
     eos = config.eos_token_id
@@ -242,11 +207,42 @@ def alternative_texts(prompts: Sequence[PromptTrace], texts: dict[int, str]) -> 
 # Steps are processed as (steps, batch, vocab) blocks: a handful of tensor operations per block instead of eight per
 # step (their fixed cost dominated record() for small models), in chunks so memory stays bounded for large vocabularies.
 _CHUNK_ELEMENTS = 1 << 24
-_FIELDS = ("chosen_logprob", "score", "best", "top_vals", "top_ids")
+_FIELDS = ("chosen_logprob", "lse", "score", "best", "top_vals", "top_ids")
+
+
+@dataclass(frozen=True)
+class Float64LogSoftmax:
+    """Raw logprobs computed in float64 and stored as float32, for `record()` and `verify()` alike.
+
+    float32 rounds ``logit - lse`` at the scale of the logits (an ulp of 13 is 1e-6, more than a confident token's
+    whole float32 allowance), and kernel sets that round differently (AVX2 and AVX-512) made that rounding read as a
+    changed model. In float64 the only rounding left is the final one to float32, at the scale of the logprob.
+    """
+
+    logits: torch.Tensor  # [..., V] float32 logits (topk reads these: the same order as the logprobs)
+    logits64: torch.Tensor
+    lse: torch.Tensor  # [...] float64 log-sum-exp
+
+    @classmethod
+    def of(cls, logits: torch.Tensor) -> Float64LogSoftmax:
+        import torch
+
+        logits64 = logits.double()
+        return cls(logits.float(), logits64, torch.logsumexp(logits64, dim=-1))
+
+    def at(self, index: torch.Tensor) -> torch.Tensor:
+        """The logprobs of the ids in `index` ([..., 1]) as float32, the last dimension squeezed."""
+        return (self.logits64.gather(-1, index).squeeze(-1) - self.lse).float()
+
+    def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top-k logprobs (float32) and their ids."""
+        values, ids = self.logits.topk(k, dim=-1)
+        return (values.double() - self.lse.unsqueeze(-1)).float(), ids
 
 
 def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]:
-    """Per step, for each prompt's returned path: chosen raw logprob, processed score, best score and raw top-k."""
+    """Per step, for each prompt's returned path: chosen raw logprob, the log-sum-exp of the raw logits, processed
+    score, best score and raw top-k."""
     import torch
 
     logits: tuple[torch.Tensor, ...] = out.logits
@@ -268,10 +264,11 @@ def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]
         else:
             raw_logits = torch.stack([logits[t][:batch_size] for t in span])
             processed = torch.stack([scores[t][:batch_size] for t in span]).float()
-        raw = torch.log_softmax(raw_logits.float(), dim=-1)
+        soft = Float64LogSoftmax.of(raw_logits)
         chosen = seq[:, span.start : span.stop].T[:, :, None]
-        top_vals, top_ids = raw.topk(k, dim=-1)
-        parts["chosen_logprob"].append(raw.gather(2, chosen).squeeze(2))
+        top_vals, top_ids = soft.top(k)
+        parts["chosen_logprob"].append(soft.at(chosen))
+        parts["lse"].append(soft.lse.float())
         parts["score"].append(processed.gather(2, chosen).squeeze(2))
         parts["best"].append(processed.max(dim=-1).values)
         parts["top_vals"].append(top_vals)
@@ -344,6 +341,7 @@ def prompt_trace(
                 top_ids=tuple(s["top_ids"][b]),
                 top_logprobs=tuple(s["top_vals"][b]),
                 best_score=s["best"][b],
+                lse=s["lse"][b],
             )
         )
         if int(token_id) in eos:
@@ -357,16 +355,6 @@ def prompt_trace(
     ids = [st.token_id for st in path if st.token_id not in eos]
     text = tokenizer.decode(ids, skip_special_tokens=True)
     return PromptTrace(prompt=prompt, prompt_ids=prompt_ids, steps=tuple(path), finish_reason=finish, text=text)
-
-
-def int_setting(value: JSONScalar, default: int) -> int:
-    """A stored setting as an int (`default` when unset or not a number)."""
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-
-
-def float_setting(value: JSONScalar, default: float) -> float:
-    """A stored setting as a float (`default` when unset or not a number)."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 def decoding(

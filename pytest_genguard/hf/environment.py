@@ -7,8 +7,9 @@ import platform
 import sys
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core.environments import LOGPROBS_FIELD
 from pytest_genguard.core.jsontext import JSONScalar
-from pytest_genguard.hf.fingerprint import model_dtype
+from pytest_genguard.hf.fingerprint import has_parameters, model_dtype
 
 if TYPE_CHECKING:
     import torch
@@ -35,6 +36,21 @@ def _cuda_fields(torch_mod: Any, device: torch.device) -> dict[str, JSONScalar]:
     }
 
 
+# What torch releases before 2.7 call the scalar kernel set (ATEN_CPU_CAPABILITY=default): one spelling everywhere,
+# so a trace, a baseline key or a cache key does not change with the torch release that named the kernels.
+_OLD_NAMES = {"NO AVX": "DEFAULT"}
+
+
+def model_device(model: Any) -> torch.device:
+    """Where `model` computes: its parameters' device, else its `device` attribute (optimum's ONNX Runtime /
+    OpenVINO models have no parameters), else the CPU."""
+    import torch
+
+    if has_parameters(model):
+        return next(model.parameters()).device  # type: ignore[no-any-return]
+    return torch.device(str(getattr(model, "device", "cpu")))
+
+
 def cpu_capability(torch_mod: Any = None) -> str | None:
     """The SIMD level CPU kernels dispatch to ("DEFAULT", "AVX2", "AVX512", ...; ``ATEN_CPU_CAPABILITY`` picks a lower
     one): it changes CPU reduction order, and what training makes of one recipe."""
@@ -42,7 +58,24 @@ def cpu_capability(torch_mod: Any = None) -> str | None:
         import torch as torch_mod
     cpu = getattr(getattr(torch_mod, "backends", None), "cpu", None)
     getter = getattr(cpu, "get_cpu_capability", None)
-    return str(getter()) if callable(getter) else None
+    if not callable(getter):
+        return None
+    name = str(getter())
+    return _OLD_NAMES.get(name, name)
+
+
+def cpu_model() -> str:
+    """The CPU's model name ("AMD EPYC", "Intel(R) Xeon(R) ..."): two CPUs with the same kernel set still round
+    differently (measured: AVX2 on an Intel Xeon and on an AMD EPYC give other logprobs for the same weights, since
+    the math libraries pick kernels per processor), so traces are bitwise comparable only on the same model."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def environment(
@@ -54,7 +87,7 @@ def environment(
 
     t = torch_mod if torch_mod is not None else real_torch
     if device is None and model is not None:
-        device = next(model.parameters()).device
+        device = model_device(model)
     dev = real_torch.device(device if device is not None else "cpu")
     fields: dict[str, JSONScalar] = {
         "python": platform.python_version(),
@@ -66,6 +99,8 @@ def environment(
         "num_threads": int(t.get_num_threads()),
         "deterministic_algorithms": bool(t.are_deterministic_algorithms_enabled()),
         "cpu_capability": cpu_capability(t),
+        "cpu": cpu_model(),
+        LOGPROBS_FIELD: "float64",  # how genguard computes logprobs (`hf._generation.Float64LogSoftmax`)
     }
     if model is not None:
         fields["dtype"] = model_dtype(model)

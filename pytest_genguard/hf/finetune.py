@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
+from pytest_genguard.core.events import PinEvent, emit
 from pytest_genguard.core.history import RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.core.trace import ModelFingerprint
 from pytest_genguard.hf.cache import (
@@ -44,6 +45,7 @@ from pytest_genguard.hf.pins import (
     PinMode,
     folder_for,
     read_pin,
+    repin_changes,
     write_pin,
 )
 from pytest_genguard.hf.recipe import (
@@ -214,7 +216,7 @@ def _pinned(spec: Recipe, build: Build, pinning: Pinning) -> FineTuned:
     lock = "pin-" + hashlib.sha256(str(folder.resolve()).encode()).hexdigest()
     root.mkdir(parents=True, exist_ok=True)
     with key_lock(root, lock):  # xdist workers wanting the same pin: one writes it, the others load it
-        manifest = None
+        manifest = existing = None
         if pinning.mode == "refresh":
             try:  # --genguard-rebuild re-pins once per run, whatever state the old pin is in
                 existing = read_pin(folder, recipe)
@@ -225,7 +227,9 @@ def _pinned(spec: Recipe, build: Build, pinning: Pinning) -> FineTuned:
         else:
             manifest = read_pin(folder, recipe)
         if manifest is not None:
-            return _load_pin(spec, folder, manifest, recipe, device)
+            loaded = _load_pin(spec, folder, manifest, recipe, device)
+            emit(PinEvent(str(folder), "loaded"))
+            return loaded
         if pinning.mode == "use":
             warnings.warn(
                 GenguardPinWarning(
@@ -239,7 +243,11 @@ def _pinned(spec: Recipe, build: Build, pinning: Pinning) -> FineTuned:
         import torch
 
         tuned = _trained(spec, dataclasses.replace(build, device=torch.device("cpu")))
-        write_pin(folder, _pin_content(spec, tuned, recipe, run_id), lambda tmp: _write_pin_files(tmp, tuned))
+        content = _pin_content(spec, tuned, recipe, run_id)
+        refreshed = pinning.mode == "refresh" and folder.exists()
+        changes = repin_changes(folder, existing, content, tuned.model.state_dict()) if refreshed else []
+        write_pin(folder, content, lambda tmp: _write_pin_files(tmp, tuned))
+        emit(PinEvent(str(folder), "re-pinned" if refreshed else "created", tuple(changes)))
         model = tuned.model.to(device)
         model.eval()
         return dataclasses.replace(tuned, model=model, pin=folder)

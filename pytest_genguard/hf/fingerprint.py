@@ -6,8 +6,10 @@ import functools
 import hashlib
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core.files import file_sha256
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import ModelFingerprint, TokenizerFingerprint
 from pytest_genguard.hf import weights_watch
@@ -191,8 +193,45 @@ def state_dict_sha256(state: Mapping[str, Any]) -> str:
     return digest.hexdigest()
 
 
+# What a model known by its files (optimum's ONNX Runtime / OpenVINO classes) computes with; not its config or
+# tokenizer files, which the fingerprint's config and the tokenizer fingerprint cover.
+_WEIGHT_SUFFIXES = (".onnx", ".onnx_data", ".data", ".bin", ".xml", ".safetensors", ".gguf")
+
+
+def has_parameters(model: Any) -> bool:
+    """Whether `model` holds torch parameters (optimum's ONNX Runtime / OpenVINO models do not)."""
+    parameters = getattr(model, "parameters", None)
+    return callable(parameters) and next(iter(parameters()), None) is not None
+
+
+def weights_folder(model: Any) -> Path | None:
+    """The folder of a parameterless model's weight files: `model_save_dir` (optimum), else `config.name_or_path`."""
+    config = getattr(model, "config", None)
+    for candidate in (getattr(model, "model_save_dir", None), getattr(config, "name_or_path", None)):
+        if candidate and Path(candidate).is_dir() and weight_files(Path(candidate)):
+            return Path(candidate)
+    return None
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The weight files in `folder` (not recursive), sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.name.endswith(_WEIGHT_SUFFIXES))
+
+
+def files_weights_hash(folder: Path) -> str:
+    """The weights hash of a model known by its files: sha256 over each weight file's name and sha256."""
+    digest = hashlib.sha256()
+    for path in weight_files(folder):
+        digest.update(f"{path.name}|{file_sha256(path)}\n".encode())
+    return digest.hexdigest()
+
+
 def model_dtype(model: PreTrainedModel) -> str:
-    """The floating dtype of the parameters, as 'float32' / 'bfloat16' / 'float16'."""
+    """The floating dtype of the parameters, as 'float32' / 'bfloat16' / 'float16' (for a model without parameters:
+    its config's dtype, float32 when unset)."""
+    if not has_parameters(model):
+        value = getattr(model.config, "dtype", None) or getattr(model.config, "torch_dtype", None)
+        return str(value).removeprefix("torch.") if value else "float32"
     for p in model.parameters():
         if p.is_floating_point():
             return str(p.dtype).removeprefix("torch.")
@@ -200,13 +239,20 @@ def model_dtype(model: PreTrainedModel) -> str:
 
 
 def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
-    """Fingerprint of the model's config and weights."""
+    """Fingerprint of the model's config and weights; a model without torch parameters (optimum's ONNX Runtime /
+    OpenVINO classes) by its weight files (`files_weights_hash`, 0 parameters counted)."""
     config = architecture_config(model.config.to_dict())
+    folder = None if has_parameters(model) else weights_folder(model)
+    if not has_parameters(model) and folder is None:
+        raise ValueError(
+            f"genguard: the model ({type(model).__name__}) has no parameters and no folder of weight files "
+            "(model_save_dir, or config.name_or_path) to fingerprint it by; load it from a folder"
+        )
     return ModelFingerprint(
         model_type=str(getattr(model.config, "model_type", type(model).__name__)),
         config_hash=_config_digest(config),
-        weights_hash=weights_hash(model),
-        num_parameters=sum(p.numel() for p in model.parameters()),
+        weights_hash=weights_hash(model) if folder is None else files_weights_hash(folder),
+        num_parameters=sum(p.numel() for p in model.parameters()) if folder is None else 0,
         dtype=model_dtype(model),
         recipe=_recipe(model),
         config=config,

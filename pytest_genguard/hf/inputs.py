@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.text import quote
 from pytest_genguard.hf.environment import cuda_unavailable_reason
+from pytest_genguard.hf.fingerprint import has_parameters, weights_folder
 
 if TYPE_CHECKING:
     import torch
@@ -26,6 +27,7 @@ __all__ = [
     "check_generation_config",
     "check_model",
     "check_prompt_tokens",
+    "check_top_k",
     "context_length",
     "integer",
     "prompt_list",
@@ -64,7 +66,27 @@ def prompt_list(prompts: Any) -> list[str]:
                 f"record(): prompt {index} is {type(item).__name__} {_short(item)}, not a string; pass the prompts "
                 "as text (record() tokenizes them with the tokenizer it is given)."
             )
+        lone = next((i for i, ch in enumerate(item) if "\ud800" <= ch <= "\udfff"), None)
+        if lone is not None:  # tokenizers fails on it with a bare TypeError; it cannot be written as UTF-8 either
+            raise ValueError(
+                f"record(): prompt {index} {_short(item)} has a lone surrogate {item[lone]!r} at position {lone}: "
+                "it is not text a tokenizer can read (often bytes decoded with errors='surrogateescape'); decode "
+                "the bytes with errors='replace', or remove the character."
+            )
     return items
+
+
+def check_top_k(top_k: int, model: PreTrainedModel) -> None:
+    """record()'s top_k (alternatives recorded per step) within the scores the model gives: an error rather than
+    a silent clamp, so the trace records what the test asked for."""
+    embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    vocab = int(weight.shape[0]) if weight is not None else getattr(model.config, "vocab_size", None)
+    if isinstance(vocab, int) and top_k > vocab:
+        raise ValueError(
+            f"record(): top_k={top_k} alternatives per step, but the model scores {vocab} tokens; pass top_k <= "
+            f"{vocab} (a sampling top-k goes in generation_config, where transformers clamps it to the vocabulary)."
+        )
 
 
 def check_generate_kwargs(kwargs: Mapping[str, Any]) -> None:
@@ -148,9 +170,16 @@ def check_generation_config(config: GenerationConfig) -> None:
 
 
 def check_model(model: PreTrainedModel) -> None:
-    """A model whose weights are on the meta device has no numbers to generate with."""
-    if next(model.parameters(), None) is None:
-        raise ValueError(f"record(): the model ({type(model).__name__}) has no parameters; pass a loaded model.")
+    """A model whose weights are on the meta device has no numbers to generate with; a model without torch
+    parameters (optimum's ONNX Runtime / OpenVINO classes) is known by its files, so it needs a folder of them."""
+    if not has_parameters(model):
+        if weights_folder(model) is None:
+            raise ValueError(
+                f"record(): the model ({type(model).__name__}) has no parameters and no folder of weight files "
+                "(model_save_dir, or config.name_or_path) to fingerprint it by; pass a loaded model, or load it "
+                "from a folder (from_pretrained(folder))."
+            )
+        return
     if any(p.is_meta for p in model.parameters()):
         raise ValueError(
             f"record(): the model ({type(model).__name__}) has weights on the meta device (shapes without data); "

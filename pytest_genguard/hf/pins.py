@@ -44,6 +44,7 @@ __all__ = [
     "PinMode",
     "folder_for",
     "read_pin",
+    "repin_changes",
     "write_pin",
 ]
 
@@ -103,7 +104,7 @@ def read_pin(folder: Path, recipe: str) -> dict[str, Any] | None:
     files = manifest.get("files")
     if not isinstance(files, dict) or set(files) != {WEIGHTS_FILE, HISTORY_FILE}:
         raise _broken(folder, f"{PIN_MANIFEST} does not list {WEIGHTS_FILE} and {HISTORY_FILE}")
-    problem = file_records_problem(folder, files, PIN_MANIFEST)
+    problem = file_records_problem(folder, files, PIN_MANIFEST, text=(HISTORY_FILE,))
     if problem is not None:
         raise _broken(folder, problem)
     return manifest
@@ -159,6 +160,48 @@ def write_pin(folder: Path, content: PinContent, write_files: Callable[[Path], N
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def repin_changes(folder: Path, old: Mapping[str, Any] | None, content: PinContent, new_weights: Any) -> list[str]:
+    """What re-pinning `folder` moves, for the run's summary (call it before the old pin is replaced): the weights
+    (fingerprint, largest difference) and, where they differ from the old pin's, the CPU kernel set and the libraries
+    it was trained under. `new_weights` is the new model's state dict."""
+    if old is None:
+        return ["the old pin did not verify (or was missing): nothing to compare with"]
+    old_hash = str(old.get("fingerprint", {}).get("weights_hash", ""))
+    new_hash = str(content.fingerprint.get("weights_hash", ""))
+    if old_hash == new_hash:
+        lines = [f"weights unchanged ({new_hash[:8]})"]
+    else:
+        lines = [f"weights {old_hash[:8]} -> {new_hash[:8]}{_largest_difference(folder / WEIGHTS_FILE, new_weights)}"]
+    was, now = old.get("trained_in", {}), content.trained_in
+    if was.get("cpu_capability") != now.get("cpu_capability"):
+        lines.append(
+            f"re-trained under CPU kernel set {now.get('cpu_capability')}, the old pin under "
+            f"{was.get('cpu_capability')}: training amplifies their rounding, so the weights moved although the "
+            "recipe did not (snapshots of this model were recorded against the old weights)"
+        )
+    moved = [f"{k} {was.get(k)} -> {now.get(k)}" for k in ("torch", "transformers") if was.get(k) != now.get(k)]
+    if moved:
+        lines.append("trained with other libraries: " + ", ".join(moved))
+    return lines
+
+
+def _largest_difference(old_file: Path, new_weights: Any) -> str:
+    """The largest difference between the old pin's weights and the new ones, as ", max |Δ| 6.1e-04" ("" when the
+    old file cannot be read)."""
+    try:
+        from safetensors.torch import load_file  # torch side: only when re-pinning
+
+        old = load_file(str(old_file))
+    except Exception:  # an unreadable old file: the fingerprints above say enough
+        return ""
+    diffs = [
+        float((old[name].float() - tensor.detach().cpu().float()).abs().max())
+        for name, tensor in new_weights.items()
+        if name in old and old[name].shape == tensor.shape and tensor.numel()
+    ]
+    return f", max |Δ| {max(diffs):.2g}" if diffs else ""
 
 
 def _umask() -> int:

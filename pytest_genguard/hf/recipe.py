@@ -195,7 +195,8 @@ class Collator:
 
 def recipe_inputs(spec: Recipe) -> dict[str, Any]:
     """How the model is made, from our own inputs only, readable (it is written into every pin's manifest)."""
-    shipped = resources.files("pytest_genguard").joinpath("data", "tokenizer.json").read_bytes()
+    # Line endings as genguard wrote them (LF): a git checkout with core.autocrlf=true must not change the recipe.
+    shipped = resources.files("pytest_genguard").joinpath("data", "tokenizer.json").read_bytes().replace(b"\r\n", b"\n")
     return {
         "arch": spec.arch,
         "config": config_arguments(spec.arch),

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.events import FragileStep, RecordEvent, emit
-from pytest_genguard.core.tolerances import tolerances_for
+from pytest_genguard.core.tolerances import tolerances_in_force
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf import inputs as checks
 from pytest_genguard.hf._generation import (
@@ -21,13 +21,14 @@ from pytest_genguard.hf._generation import (
     collect_steps,
     eos_ids,
     inference,
+    length_clash_muted,
     path_lengths,
     prepare,
     prompt_trace,
     seeded,
     token_texts,
 )
-from pytest_genguard.hf.environment import environment
+from pytest_genguard.hf.environment import environment, model_device
 from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def record(
     checks.check_generate_kwargs(generate_kwargs)
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prepared = prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
-    device = next(model.parameters()).device
+    device = model_device(model)
     if "stop_strings" in generate_kwargs or getattr(prepared.config, "stop_strings", None):
         prepared.model_kwargs.setdefault("tokenizer", tokenizer)
     with inference(model, tokenizer, "right" if encoder_decoder else "left"):
@@ -68,7 +69,7 @@ def record(
         ]
         checks.check_prompt_tokens(model, prompt_list, all_prompt_ids, max_new_tokens)
         inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
-        with seeded(seed, device):
+        with seeded(seed, device), length_clash_muted():
             out = model.generate(
                 **inputs,
                 generation_config=prepared.config,
@@ -118,6 +119,7 @@ def _checked_arguments(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
         raise ValueError(f"record(): seed must be an integer or None, got {seed!r}.")
     checks.check_model(model)
+    checks.check_top_k(k, model)
     return prompt_list, max_new, k, None if seed is None else int(seed)
 
 
@@ -145,13 +147,13 @@ def _encode(
 
 def _report_fragile_steps(trace: GenerationTrace) -> None:
     """Tell the running test how many steps sit on a near tie: a snapshot of such a step is fragile."""
-    tie_tol = tolerances_for(trace.dtype).tie_tol
+    tolerances = tolerances_in_force(trace.dtype)
     steps = [s for p in trace for s in p.steps]
     fragile = [
         FragileStep(i, p.prompt, n, s.margin)
         for i, p in enumerate(trace)
         for n, s in enumerate(p.steps)
-        if s.margin <= tie_tol
+        if tolerances.near_tie(s.margin)
     ]
     # The first 50 are named in the summary (-v); the count is exact.
     emit(RecordEvent(len(fragile), tuple(fragile[:50]), len(trace), len(steps)))
@@ -182,7 +184,7 @@ def generate_from_ids(
     prepared = prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
     pad = prepared.config.pad_token_id
     pad_id = int(pad if isinstance(pad, int) else pad[0])
-    device = next(model.parameters()).device
+    device = model_device(model)
     width = max(len(r) for r in rows)
     ids, mask = [], []
     for r in rows:
@@ -196,7 +198,7 @@ def generate_from_ids(
     }
     if decoder_rows is not None:
         inputs["decoder_input_ids"] = torch.tensor([list(r) for r in decoder_rows], device=device)
-    with inference(model), seeded(seed, device):
+    with inference(model), seeded(seed, device), length_clash_muted():
         out = model.generate(**inputs, generation_config=prepared.config, **prepared.model_kwargs)
     steps = collect_steps(out, len(rows), top_k)
     start = out.sequences.shape[1] - len(steps)

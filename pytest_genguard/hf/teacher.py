@@ -12,13 +12,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.text import number, quote
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
-from pytest_genguard.hf._generation import alternative_texts, float_setting, inference, int_setting, token_texts
+from pytest_genguard.hf._generation import (
+    Float64LogSoftmax,
+    alternative_texts,
+    float_setting,
+    inference,
+    int_setting,
+    token_texts,
+)
 from pytest_genguard.hf.environment import environment
 from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
 from pytest_genguard.hf.forced_processors import apply_along_path
@@ -27,7 +34,11 @@ if TYPE_CHECKING:
     import torch
     from transformers import LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Preference", "build_processors", "teacher_force", "teacher_force_with_preferences"]
+__all__ = ["EngineLogits", "Preference", "build_processors", "teacher_force", "teacher_force_with_preferences"]
+
+EngineLogits = Callable[[GenerationTrace, int], "torch.Tensor"]
+"""Another engine's forward pass (`pytest_genguard.engines`): the raw float32 logits ``[prompts, steps, vocab]``
+that predict each recorded step of the trace, in place of the model's own forward pass."""
 
 # Defaults `generate()` applies when neither the call nor the model's generation config sets a value (transformers'
 # documented global defaults); a trace stores None for those.
@@ -189,8 +200,14 @@ class _Batch:
     prompt_mask: torch.Tensor | None
 
 
-def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace, steps: int) -> _Batch:
-    """One forward pass over prompt + recorded path for the whole batch."""
+def _forward(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    steps: int,
+    engine: EngineLogits | None = None,
+) -> _Batch:
+    """One forward pass over prompt + recorded path for the whole batch (through `engine` when one is given)."""
     import torch
 
     device = next(model.parameters()).device
@@ -212,6 +229,8 @@ def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: 
         ids[b, span] = torch.tensor(p.prompt_ids, dtype=torch.long)
         mask[b, span] = 1
     if encoder_decoder:
+        if engine is not None:
+            raise ValueError("teacher forcing through another engine supports decoder-only models only")
         start_id = model.generation_config.decoder_start_token_id
         if start_id is None:
             start_id = getattr(model.config, "decoder_start_token_id", None)
@@ -225,6 +244,8 @@ def _forward(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: 
         )
         return _Batch(out.logits.float(), sequences, 1, None)
     sequences = torch.cat([ids, paths], dim=1)
+    if engine is not None:
+        return _Batch(engine(trace, steps).float(), sequences, longest, mask)
     full_mask = torch.cat([mask, torch.ones((batch, steps), dtype=torch.long)], dim=1)
     positions = full_mask.cumsum(-1) - 1
     positions.masked_fill_(full_mask == 0, 1)  # as generate() does for left padding
@@ -274,9 +295,10 @@ def teacher_force_with_preferences(
     trace: GenerationTrace,
     *,
     logits_processor: Sequence[Any] = (),
+    engine: EngineLogits | None = None,
 ) -> tuple[GenerationTrace, tuple[Preference, ...]]:
-    """`teacher_force`, plus the steps where a greedy path would now take another token (one per prompt at most)."""
-    import torch
+    """`teacher_force`, plus the steps where a greedy path would now take another token (one per prompt at most).
+    `engine` replaces the model's forward pass (the model still gives the generation config and fingerprint)."""
 
     if not trace.prompts:
         raise ValueError("verify(): the trace has no prompts; nothing to verify.")
@@ -286,7 +308,7 @@ def teacher_force_with_preferences(
     top_k = int_setting(trace.settings.get("record_top_k"), max(len(s.top_ids) for p in trace.prompts for s in p.steps))
     greedy = trace.settings.get("mode", "greedy") == "greedy"
     with inference(model):
-        batch = _forward(model, tokenizer, trace, steps)
+        batch = _forward(model, tokenizer, trace, steps, engine)
         processors = build_processors(
             model,
             tokenizer,
@@ -298,17 +320,18 @@ def teacher_force_with_preferences(
         logits = batch.logits
         sequences = batch.sequences.to(logits.device)
         processed = apply_along_path(processors, logits, sequences, batch.start) if len(processors) else logits
-        raw = torch.log_softmax(logits, dim=-1)
-        top_vals, top_ids = raw.topk(min(top_k, raw.shape[-1]), dim=-1)
+        raw = Float64LogSoftmax.of(logits)
+        top_vals, top_ids = raw.top(min(top_k, logits.shape[-1]))
         argmax = processed.argmax(dim=-1, keepdim=True)  # as generate() picks a greedy token
         chosen = sequences[:, batch.start :].unsqueeze(-1)
         # One device->host transfer per field; the values are float32, as traces store them.
         values = {
-            "logprob": raw.gather(-1, chosen).squeeze(-1).cpu().tolist(),
+            "logprob": raw.at(chosen).cpu().tolist(),
             "score": processed.gather(-1, chosen).squeeze(-1).cpu().tolist(),
             "best": processed.gather(-1, argmax).squeeze(-1).cpu().tolist(),
             "argmax": argmax.squeeze(-1).cpu().tolist(),
-            "argmax_logprob": raw.gather(-1, argmax).squeeze(-1).cpu().tolist(),
+            "argmax_logprob": raw.at(argmax).cpu().tolist(),
+            "lse": raw.lse.float().cpu().tolist(),
             "top_vals": top_vals.cpu().tolist(),
             "top_ids": top_ids.cpu().tolist(),
         }
@@ -354,7 +377,7 @@ def _forced_prompt(
     finish = p.finish_reason
     preference = None
     # The values come from float32 tensors (see teacher_force_with_preferences): float32 already, no re-rounding.
-    logprobs, scores, bests = values["logprob"][b], values["score"][b], values["best"][b]
+    logprobs, scores, bests, lses = values["logprob"][b], values["score"][b], values["best"][b], values["lse"][b]
     top_ids, top_vals, argmax = values["top_ids"][b], values["top_vals"][b], values["argmax"][b]
     for t, recorded in enumerate(p.steps):
         top = (tuple(top_ids[t]), tuple(top_vals[t]))
@@ -371,6 +394,7 @@ def _forced_prompt(
                     top_ids=top[0],
                     top_logprobs=top[1],
                     best_score=best,
+                    lse=lses[t],
                 )
             )
             preference = Preference(
@@ -395,6 +419,7 @@ def _forced_prompt(
                 top_ids=top[0],
                 top_logprobs=top[1],
                 best_score=best,
+                lse=lses[t],
             )
         )
     forced = PromptTrace(prompt=p.prompt, prompt_ids=prompt_ids, steps=tuple(steps), finish_reason=finish, text=p.text)

@@ -36,6 +36,7 @@ from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.tolerances import ToleranceArgs
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf._generation import SETTING_KEYS, int_setting, processor_names
+from pytest_genguard.hf.decoding_settings import other_settings
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.teacher import Preference, teacher_force_with_preferences
 
@@ -81,12 +82,17 @@ def verify(
             f"got {type(trace).__name__}"
         )
     custom = _custom_processors(trace, logits_processor)
-    regenerated = trace.settings.get("mode") == "beam"
+    others = sorted(other_settings(trace.settings))
+    regenerated = trace.settings.get("mode") == "beam" or bool(others)
     preferences: tuple[Preference, ...] = ()
     if regenerated:
+        why = (
+            "beam-search traces cannot be teacher forced (beams are reordered at every step)"
+            if trace.settings.get("mode") == "beam"
+            else f"teacher forcing does not re-apply the trace's settings {', '.join(others)}"
+        )
         warnings.warn(
-            "verify(): beam-search traces cannot be teacher forced (beams are reordered at every step); "
-            "re-generating with record() instead, which is as slow as recording.",
+            f"verify(): {why}; re-generating with record() instead, which is as slow as recording.",
             VerifyFallbackWarning,
             stacklevel=2,
         )
@@ -115,7 +121,7 @@ class VerifyComparison(Comparison):
         if len(self.preferences) > 3:
             lines.append(f"... and {len(self.preferences) - 3} more prompts whose greedy path would change")
         if self.regenerated:
-            lines.append("verified by re-generation: beam-search traces cannot be teacher forced")
+            lines.append("verified by re-generation: beam search, or settings teacher forcing does not re-apply")
         return lines
 
     def render(self, fix: str | None = None) -> str:
@@ -188,6 +194,7 @@ def _regenerate(
     kwargs: dict[str, Any] = {
         k: settings[k] for k in SETTING_KEYS if settings.get(k) is not None and k != "max_new_tokens"
     }
+    kwargs.update(other_settings(settings))
     if "top_k" in kwargs:  # a sampling top-k goes in a generation config: record()'s top_k is the recorded top-k
         config = copy.deepcopy(model.generation_config)
         config.top_k = kwargs.pop("top_k")

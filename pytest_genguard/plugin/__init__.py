@@ -22,15 +22,21 @@ pytest.register_assert_rewrite(
     "pytest_genguard.plugin.snapshot_fixture",
 )
 
-from pytest_genguard.core import events  # noqa: E402
+from pytest_genguard.core import events, tolerances  # noqa: E402
 from pytest_genguard.plugin import keep  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
+    genguard_engine,
     genguard_finetune,
     genguard_snapshot,
     genguard_tokenizer,
 )
-from pytest_genguard.plugin.settings import SETTINGS_KEY, settings, settings_from_config  # noqa: E402
+from pytest_genguard.plugin.settings import (  # noqa: E402
+    SETTINGS_KEY,
+    settings,
+    settings_from_config,
+    test_overrides,
+)
 from pytest_genguard.plugin.summary import GenguardReporter  # noqa: E402
 from pytest_genguard.plugin.tally import EVENTS_KEY, TALLY_KEY, USER_PROPERTY, Tally  # noqa: E402
 
@@ -79,6 +85,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "genguard_tie_tol", "logprob gap under which a divergence is a near tie (default: by dtype)", default=""
     )
+    parser.addini(
+        "genguard_lse_ulps",
+        "rounding allowance in epsilons of the logprobs' dtype times each step's log-sum-exp (default: 8)",
+        default="",
+    )
     parser.addini("genguard_cache_dir", "where fine-tuned models are cached (default: pytest's cache dir)", default="")
     parser.addini(
         "genguard_pin_dir",
@@ -90,8 +101,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "genguard(atol=None, rtol=None, tie_tol=None, allow_nonfinite=False): per-test tolerances for genguard "
-        "comparisons; allow_nonfinite=True lets a snapshot hold NaN/inf logprobs or scores.",
+        "genguard(atol=None, rtol=None, tie_tol=None, lse_ulps=None, allow_nonfinite=False, allow_dtype_change=False): "
+        "per-test tolerances for genguard comparisons; allow_nonfinite=True lets a snapshot hold NaN/inf logprobs or "
+        "scores; allow_dtype_change=True lets a snapshot of one dtype judge a run in another.",
     )
     config.addinivalue_line(
         "markers", "genguard_gpu: needs CUDA; runs only with --genguard-gpu (skipped with a reason otherwise)."
@@ -139,16 +151,20 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     collected: list[events.Event] = []
     item.stash[EVENTS_KEY] = collected
     token = events.begin(collected)
+    # What record() calls a fragile step follows this test's tie tolerance (ini options, then its marker).
+    in_force = tolerances.begin_in_force(test_overrides(item))
     try:
         return (yield)
     finally:
+        tolerances.end_in_force(in_force)
         events.end(token)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
-    if report.when == "call" or (report.when == "setup" and report.failed):  # events of a fixture that failed too
+    # events of a fixture that failed or skipped too (a pin it loaded is a pin in use)
+    if report.when == "call" or (report.when == "setup" and not report.passed):
         collected = item.stash.get(EVENTS_KEY, [])
         if collected:  # as JSON-able dicts: pytest-xdist sends them from the workers
             report.user_properties.append((USER_PROPERTY, [events.to_json(e) for e in collected]))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 import pytest
 
+from pytest_genguard.core.events import PinEvent, emit
 from pytest_genguard.hf.cache import default_cache_dir
 from pytest_genguard.hf.finetune import Build, FineTuned, Pinning, make
 from pytest_genguard.hf.pins import PinMode
@@ -76,6 +77,8 @@ def finetune_factory(config: pytest.Config, device: torch.device) -> FinetuneFac
         key = (spec, bool(pinned))
         if key not in memo:
             memo[key] = make(spec, build, pinning if pinned else None)
+        elif memo[key].pin is not None:  # every test that uses a pin says so (unused pins are listed, see pin_usage)
+            emit(PinEvent(str(memo[key].pin), "loaded"))
         return memo[key]
 
     return genguard_finetune

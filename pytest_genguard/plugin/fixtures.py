@@ -3,6 +3,7 @@ snapshot, stay out of the plugin's import (pytest imports the plugin in every pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -12,6 +13,7 @@ if TYPE_CHECKING:
     from syrupy.assertion import SnapshotAssertion
     from transformers import PreTrainedTokenizerFast
 
+    from pytest_genguard.engines import Engine
     from pytest_genguard.plugin.finetune_fixture import FinetuneFactory
 
 
@@ -47,4 +49,20 @@ def genguard_snapshot(snapshot: SnapshotAssertion, request: pytest.FixtureReques
     return genguard_snapshot_for(snapshot, request)
 
 
-__all__ = ["genguard_device", "genguard_finetune", "genguard_snapshot", "genguard_tokenizer"]
+@pytest.fixture(scope="session")
+def genguard_engine(pytestconfig: pytest.Config) -> Callable[[str], Engine]:
+    """Factory: `genguard_engine("ctranslate2")` is a serving engine (`pytest_genguard.engines`) converting into
+    genguard's cache folder; a test whose engine is not installed is skipped with the command that installs it."""
+    from pytest_genguard.engines import EngineUnavailable, engine
+    from pytest_genguard.plugin.finetune_fixture import cache_dir_for
+
+    def genguard_engine(name: str) -> Engine:
+        try:
+            return engine(name, cache_dir=cache_dir_for(pytestconfig))
+        except EngineUnavailable as exc:
+            pytest.skip(str(exc))
+
+    return genguard_engine
+
+
+__all__ = ["genguard_device", "genguard_engine", "genguard_finetune", "genguard_snapshot", "genguard_tokenizer"]

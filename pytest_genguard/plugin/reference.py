@@ -139,7 +139,7 @@ def check_reference(path: Path, trace: GenerationTrace, overrides: Overrides = O
     except TraceFormatError as exc:
         return _failure(path, f"unreadable reference trace {path}", str(exc))
     tol = reference_tolerances(expected, trace, overrides)
-    comparison = compare(expected, trace, tolerances=tol)
+    comparison = compare(expected, trace, tolerances=tol, allow_dtype_change=overrides.allow_dtype_change)
     outcomes = prompt_outcomes(comparison)
     bitwise = same_environment(expected.environment, trace.environment)
     env_diff = tuple(

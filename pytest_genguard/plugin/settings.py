@@ -28,12 +28,13 @@ __all__ = [
     "is_xdist_worker",
     "settings",
     "settings_from_config",
+    "test_overrides",
     "tolerance_ini",
     "where_ini",
     "worker_index",
 ]
 
-TOLERANCE_EXAMPLES = {"atol": "1e-6", "rtol": "1e-4", "tie_tol": "1e-3"}
+TOLERANCE_EXAMPLES = {"atol": "1e-6", "rtol": "1e-4", "tie_tol": "1e-3", "lse_ulps": "8"}
 """An example value per tolerance (the float32 defaults), for messages."""
 
 
@@ -124,13 +125,14 @@ class Settings:
     atol: float | None = None
     rtol: float | None = None
     tie_tol: float | None = None
+    lse_ulps: float | None = None
     cache_dir: Path | None = None
     rootdir: Path = field(default_factory=Path.cwd)
     pin_dir: Path = field(default_factory=lambda: Path.cwd() / "__genguard_pins__")
 
     def tolerance_overrides(self) -> Overrides:
         """The ini tolerances that are set (the rest come from the dtype defaults)."""
-        return Overrides(atol=self.atol, rtol=self.rtol, tie_tol=self.tie_tol)
+        return Overrides(atol=self.atol, rtol=self.rtol, tie_tol=self.tie_tol, lse_ulps=self.lse_ulps)
 
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -195,6 +197,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         atol=tolerance_ini(config, "genguard_atol"),
         rtol=tolerance_ini(config, "genguard_rtol"),
         tie_tol=tolerance_ini(config, "genguard_tie_tol"),
+        lse_ulps=tolerance_ini(config, "genguard_lse_ulps"),
         cache_dir=_cache_dir(config),
         rootdir=config.rootpath,
         pin_dir=config.rootpath / str(config.getini("genguard_pin_dir") or "__genguard_pins__"),
@@ -203,6 +206,15 @@ def settings_from_config(config: pytest.Config) -> Settings:
 
 def settings(config: pytest.Config) -> Settings:
     return config.stash.get(SETTINGS_KEY, Settings())
+
+
+def test_overrides(item: pytest.Item) -> Overrides:
+    """A test's tolerances as far as they are valid: its ``genguard`` markers (closest wins) on the ini options.
+    (The snapshot fixture validates the marker and fails the test on a bad value; this only reads it.)"""
+    merged: dict[str, object] = {}
+    for mark in reversed(list(item.iter_markers("genguard"))):
+        merged.update(mark.kwargs)
+    return Overrides.of(merged).over(settings(item.config).tolerance_overrides())
 
 
 def is_xdist_worker(config: pytest.Config) -> bool:

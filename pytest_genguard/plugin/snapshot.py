@@ -9,6 +9,13 @@ syrupy's `JSONSnapshotExtension` claims every ``*.json`` file one level under ``
 ``--snapshot-update``. A single suffix also keeps the file stem equal to the test name, which is what syrupy uses to
 keep the snapshots of skipped tests (see tests/plugin/test_snapshot_json_extension_coexistence.py).
 
+File names: syrupy drops ``\\ / ? * : | " < >`` and control characters from a test id, so ``test_x[a/b]`` and
+``test_x[a:b]`` would share ``test_x[ab].genguard``. A name that cleaning changed, or one longer than 200 characters
+(cut so that the temporary files written beside it fit in a file name's 255), gets ``~`` and 8 hex digits of the
+sha256 of the test's own name: ``test_x[ab]~6f1e0c2a.genguard``. Names that need no cleaning are syrupy's, as before.
+Ids that differ only in case (one file on macOS and Windows) fail the second test's assertion, naming both
+(`shared_file_owner`).
+
 Tolerances are per test (ini options, then ``@pytest.mark.genguard(...)``), but syrupy builds extensions with no
 arguments (and pytest-xdist re-imports them by name), so the class stays plain: the fixture object sets the test's
 tolerances on its own extension instance, compares before syrupy decides anything, and lets syrupy write only what
@@ -18,19 +25,22 @@ within tolerance is never rewritten.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
+import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from syrupy.extensions.base import AbstractSyrupyExtension
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.terminal import disable_color
 
 from pytest_genguard.core.documents import Outcome, compare_documents, dump_document
 from pytest_genguard.core.files import atomic_write_text
-from pytest_genguard.core.tolerances import Overrides
+from pytest_genguard.core.tolerances import TOLERANCE_FIELDS, Overrides
 from pytest_genguard.core.verdict import Rerecord
 from pytest_genguard.plugin import keep
 from pytest_genguard.plugin.settings import settings
@@ -38,20 +48,30 @@ from pytest_genguard.plugin.settings import settings
 if TYPE_CHECKING:
     from syrupy.data import SnapshotCollection, SnapshotCollections
     from syrupy.location import PyTestLocation
+    from syrupy.types import SnapshotIndex
 
 __all__ = [
     "FILE_EXTENSION",
     "GenguardSnapshotExtension",
     "allows_nonfinite",
     "marker_tolerances",
+    "shared_file_owner",
     "tolerance_overrides",
 ]
 
 FILE_EXTENSION = "genguard"
-TOLERANCE_KEYS = ("atol", "rtol", "tie_tol")
 ALLOW_NONFINITE = "allow_nonfinite"
-MARKER_KEYS = (*TOLERANCE_KEYS, ALLOW_NONFINITE)
+ALLOW_DTYPE_CHANGE = "allow_dtype_change"
+MARKER_KEYS = (*TOLERANCE_FIELDS, ALLOW_NONFINITE, ALLOW_DTYPE_CHANGE)
 _MAX_DIFF_LINES = 40
+# A name's 255 characters hold the stem, ".genguard" and the 38 characters atomic_write_text's temporary file adds.
+_MAX_STEM = 200
+_UNSAFE = frozenset('\\/?*:|"<>')  # what syrupy drops from a file name (with control characters)
+_TAG = 9  # "~" and 8 hex digits
+
+
+def _safe(text: str) -> str:
+    return "".join(ch for ch in text if ch not in _UNSAFE and not unicodedata.category(ch).startswith("C"))
 
 
 class GenguardSnapshotExtension(SingleFileSnapshotExtension):
@@ -74,6 +94,33 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
 
     def serialize(self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None) -> str:
         return dump_document(data)
+
+    @classmethod
+    def get_snapshot_name(cls, *, test_location: PyTestLocation, index: SnapshotIndex = 0) -> str:
+        """syrupy's file-safe name, plus ``~<hash of the test's name>`` where making it file-safe changed it (see the
+        module docstring): two test ids never share a file, and ids that need no cleaning keep their names."""
+        raw = AbstractSyrupyExtension.get_snapshot_name(test_location=test_location, index=0)
+        base = super().get_snapshot_name(test_location=test_location, index=0)
+        if base != raw or len(base) > _MAX_STEM:
+            base = f"{base[: _MAX_STEM - _TAG]}~{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+        suffix = AbstractSyrupyExtension.get_snapshot_name(test_location=test_location, index=index)[len(raw) :]
+        return (base + _safe(suffix))[:_MAX_STEM]
+
+    @classmethod
+    def matches_test_location(cls, *, test_location: PyTestLocation, snapshot_location: str) -> bool:
+        """syrupy's rule, and a file named with a hash (above) belongs to the test whose name it was made from (so
+        ``--snapshot-update`` neither warns nor deletes it as unused)."""
+        if super().matches_test_location(test_location=test_location, snapshot_location=snapshot_location):
+            return True
+        path = Path(snapshot_location)
+        suffix = f".{FILE_EXTENSION}"
+        if path.parent.name != test_location.basename or not path.name.endswith(suffix):
+            return False
+        if not test_location.matches_snapshot_site(snapshot_location):
+            return False
+        base = cls.get_snapshot_name(test_location=test_location, index=0)
+        stem = path.name[: -len(suffix)]
+        return stem == base or stem.startswith((f"{base}.", f"{base}["))
 
     def discover_snapshots(
         self, *, test_location: PyTestLocation, ignore_extensions: list[str] | None = None
@@ -140,6 +187,32 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
             yield f"... {len(lines) - _MAX_DIFF_LINES} more diff lines"
 
 
+def shared_file_owner(item: pytest.Item) -> str | None:
+    """The node id of an earlier collected test whose snapshots go to the same file as `item`'s on a file system that
+    ignores case (macOS, Windows: ``test_x[A]`` and ``test_x[a]``), or None. Every process (xdist workers too)
+    collects the same tests in the same order, so the same test is told, everywhere."""
+    owners = item.config.stash.get(_FILE_OWNERS, None)
+    if owners is None:
+        owners = {}
+        for other in item.session.items:
+            if "genguard_snapshot" in getattr(other, "fixturenames", ()):
+                owners.setdefault(_file_key(other), other.nodeid)
+        item.config.stash[_FILE_OWNERS] = owners
+    owner = owners.get(_file_key(item))
+    return owner if owner is not None and owner != item.nodeid else None
+
+
+def _file_key(item: pytest.Item) -> tuple[str, str]:
+    from syrupy.location import PyTestLocation  # imported by then: genguard_snapshot needs syrupy
+
+    location = PyTestLocation(item)
+    folder = GenguardSnapshotExtension.dirname(test_location=location)
+    return folder.casefold(), GenguardSnapshotExtension.get_snapshot_name(test_location=location).casefold()
+
+
+_FILE_OWNERS = pytest.StashKey[dict[tuple[str, str], str]]()
+
+
 # ---------------------------------------------------------------------------------------------------- tolerances
 
 
@@ -154,7 +227,7 @@ def _marker_kwargs(node: pytest.Item) -> dict[str, Any]:
         for key, value in mark.kwargs.items():
             if key not in MARKER_KEYS:
                 pytest.fail(f"{where}: unknown argument {key!r}; accepted: {', '.join(MARKER_KEYS)}", False)
-            if key == ALLOW_NONFINITE:
+            if key in (ALLOW_NONFINITE, ALLOW_DTYPE_CHANGE):
                 if not isinstance(value, bool):
                     pytest.fail(f"{where}: {key}={value!r} is not True or False", False)
                 found[key] = value

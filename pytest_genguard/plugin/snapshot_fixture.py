@@ -40,6 +40,7 @@ from pytest_genguard.plugin.snapshot import (
     GenguardSnapshotExtension,
     allows_nonfinite,
     marker_tolerances,
+    shared_file_owner,
     tolerance_overrides,
 )
 from pytest_genguard.plugin.stores import (
@@ -91,6 +92,7 @@ class GenguardSnapshot:
         self._syrupy = Syrupy(snapshot, request.config)
         self._config = request.config
         self._nodeid = request.node.nodeid
+        self._item = request.node
         self.per_env = settings(request.config).baselines == PER_ENV
         self.overrides = tolerance_overrides(request)
         self.extension.overrides = self.overrides
@@ -142,6 +144,18 @@ class GenguardSnapshot:
         """The next assertion's stored trace (or history), None when missing; TraceFormatError when unreadable."""
         text = self.stored_text()
         return None if text is None else parse_document(text, self._relative(self.location))
+
+    def _refuse_shared_file(self) -> None:
+        """Fail when an earlier test's snapshots go to this test's file where case is ignored (macOS, Windows)."""
+        __tracebackhide__ = True
+        owner = shared_file_owner(self._item)
+        if owner is not None:
+            pytest.fail(
+                f"genguard snapshot file name clash: {self._nodeid} and {owner} would write one snapshot file "
+                f"({self._relative(self.location)}) on file systems that ignore case (macOS, Windows); give one "
+                "of them another parametrize id (ids=[...]) so that the two differ in more than case",
+                pytrace=False,
+            )
 
     def _rerecord(self, verdict: Verdict | Status) -> str | None:
         return self.extension.rerecord.command(verdict)
@@ -270,6 +284,7 @@ class GenguardSnapshot:
     # ------------------------------------------------------------------------------------------------ assert ==
 
     def __eq__(self, other: object) -> bool:
+        self._refuse_shared_file()
         received = dump_document(other)  # a TypeError saying what genguard_snapshot accepts
         index = self._syrupy.assertion.index
         self.last_name, self.last_source = self.name, self._relative(self.location)
@@ -338,6 +353,7 @@ class GenguardSnapshot:
         __tracebackhide__ = True
         if prompts is not None and max_new_tokens is None:
             raise TypeError("genguard_snapshot.verify(prompts=...): pass max_new_tokens= too, as for record()")
+        self._refuse_shared_file()
         recording = Recording(prompts, max_new_tokens, top_k, seed, generate_kwargs)
         store = self._store(environment(model) if self.per_env else None)
         self.last_name = self.name

@@ -19,6 +19,7 @@ from pytest_genguard.core.review import accepted_changes
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, TraceFormatError
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
+from pytest_genguard.hf.decoding_settings import other_settings, requested_other_settings
 from pytest_genguard.hf.record import SETTING_KEYS
 from pytest_genguard.hf.verify import VerifyComparison, verify
 from pytest_genguard.plugin.snapshot import GenguardSnapshotExtension
@@ -115,12 +116,15 @@ class Recording:
         )
         return trace
 
-    def requested(self, stored: GenerationTrace, setting_keys: tuple[str, ...]) -> GenerationTrace:
-        """The stored trace with the prompts and settings this call asks for, to detect changed test arguments."""
+    def requested(self, stored: GenerationTrace, setting_keys: tuple[str, ...], model: Any) -> GenerationTrace:
+        """The stored trace with the prompts and settings this call asks for, to detect changed test arguments
+        (`model`'s generation config is what record() starts from)."""
         prompt_list = [self.prompts] if isinstance(self.prompts, str) else list(self.prompts or [])
         by_text = {p.prompt: p for p in stored.prompts}
         new_prompts = tuple(by_text.get(text, PromptTrace(text, (), (), "length")) for text in prompt_list)
-        changed = dict(stored.settings)
+        stored_others = other_settings(stored.settings)
+        changed = {k: v for k, v in stored.settings.items() if k not in stored_others}
+        changed.update(requested_other_settings(model.generation_config, self.generate_kwargs))
         changed.update({"max_new_tokens": self.max_new_tokens, "record_top_k": self.top_k, "seed": self.seed})
         changed.update(
             {k: v for k, v in self.generate_kwargs.items() if k in setting_keys and isinstance(v, (int, float, str))}
@@ -171,7 +175,9 @@ class Verified:
                 **self.overrides.args(),
             )
         if self.recording.can_record and cmp.verdict is not Verdict.STALE:
-            changed = compare(expected, self.recording.requested(expected, SETTING_KEYS), **self.overrides.args())
+            changed = compare(
+                expected, self.recording.requested(expected, SETTING_KEYS, self.model), **self.overrides.args()
+            )
             if changed.verdict is Verdict.STALE:
                 cmp = dataclasses.replace(cmp, verdict=Verdict.STALE, stale_reasons=changed.stale_reasons)
         refused = self.refusal(cmp.actual, "the model's output", source)  # NaN would equal NaN: never "identical"

@@ -16,6 +16,7 @@ from pytest_genguard.core.events import FragileStep, events_from_json
 from pytest_genguard.core.text import plural
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.plugin import keep
+from pytest_genguard.plugin.pin_usage import UnusedPins, unused_lines, unused_pins, written_lines
 from pytest_genguard.plugin.settings import settings
 from pytest_genguard.plugin.tally import TALLY_KEY, USER_PROPERTY, Tally, count_blocks
 
@@ -146,6 +147,7 @@ class GenguardReporter:
         self.config = config
         self.report_written: Path | None = None
         self.report_error: str | None = None
+        self.unused_pins: UnusedPins | None = None
 
     @property
     def tally(self) -> Tally:
@@ -162,7 +164,8 @@ class GenguardReporter:
         ledger = config.stash.get(keep.LEDGER_KEY, None)
         dirname = str(getattr(config.option, "snapshot_dirname", None) or "__snapshots__")  # syrupy's option
         kept = keep.kept(ledger, dirname) if ledger is not None and current.snapshot_update else []
-        if not tally.used and self.report_written is None and self.report_error is None and not kept:
+        pins = written_lines(tally, config.rootpath) + unused_lines(self.unused_pins, config.rootpath)
+        if not tally.used and self.report_written is None and self.report_error is None and not kept and not pins:
             return
         verbose = config.get_verbosity() >= 1
         write = terminalreporter.write_line
@@ -187,14 +190,22 @@ class GenguardReporter:
             write(line)
         for line in kept_lines(kept, config.rootpath, verbose):
             write(line)
+        for line in pins:
+            write(line)
         if self.report_written is not None:
             write(f"HTML report: {self.report_written}")
         if self.report_error is not None:
             write(self.report_error, red=True)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        report = settings(self.config).report
-        if report is None or hasattr(self.config, "workerinput"):
+        if hasattr(self.config, "workerinput"):
+            return
+        current = settings(self.config)
+        ledger = self.config.stash.get(keep.LEDGER_KEY, None)
+        if ledger is not None and exitstatus != pytest.ExitCode.INTERRUPTED:
+            self.unused_pins = unused_pins(self.config, session, current, self.tally, ledger)
+        report = current.report
+        if report is None:
             return
         from pytest_genguard.plugin.report import report_target, write_run_report  # only with --genguard-report
 

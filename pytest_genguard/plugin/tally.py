@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from pytest_genguard.core.events import CheckEvent, Event, FragileStep, InvariantEvent, RecordEvent
+from pytest_genguard.core.events import CheckEvent, Event, FragileStep, InvariantEvent, PinEvent, RecordEvent
 from pytest_genguard.core.text import plural
 from pytest_genguard.core.verdict import Status, Verdict
 
@@ -56,10 +56,17 @@ class Tally:
     updates: list[tuple[str, CheckEvent]] = field(default_factory=list)  # re-recorded snapshots: (node id, event)
     failures: list[tuple[str, CheckEvent | InvariantEvent]] = field(default_factory=list)  # for the HTML report
     used: bool = False
+    pins_used: set[str] = field(default_factory=set)  # pin folders any test loaded or wrote
+    pins_written: list[tuple[str, PinEvent]] = field(default_factory=list)  # created or re-pinned: (node id, event)
 
     def add(self, nodeid: str, events: Sequence[Event], outcome: str = "failed") -> None:
         """Add a test's events; `outcome` is its report's ("passed", "failed", "skipped" for xfail)."""
         for event in events:
+            if isinstance(event, PinEvent):  # not a check: loading a pin is no reason for a summary
+                self.pins_used.add(event.folder)
+                if event.action != "loaded" and all(e.folder != event.folder for _, e in self.pins_written):
+                    self.pins_written.append((nodeid, event))
+                continue
             self.used = True
             if isinstance(event, RecordEvent):
                 self.fragile_steps += event.fragile_steps

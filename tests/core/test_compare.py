@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.jsontext import float32
-from pytest_genguard.core.tolerances import BFLOAT16, EXACT, FLOAT16, FLOAT32, Tolerances, tolerances_for
+from pytest_genguard.core.tolerances import BFLOAT16, EXACT, FLOAT16, FLOAT32, LSE_ULPS, Tolerances, tolerances_for
 from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.strategies import environments, token_texts, traces
@@ -348,7 +348,8 @@ def test_default_tolerances_follow_the_dtype(dtype: str | None, expected: Tolera
 
 
 def test_default_tolerance_values_are_hf_figures() -> None:
-    assert Tolerances(1e-6, 1e-4, 1e-3) == FLOAT32
+    assert Tolerances(1e-6, 1e-4, 1e-3, 8.0) == FLOAT32
+    assert FLOAT16.lse_ulps == BFLOAT16.lse_ulps == LSE_ULPS  # the rounding of float32-computed logprobs
     assert (FLOAT16.atol, FLOAT16.rtol) == (5e-3, 5e-3)
     assert (BFLOAT16.atol, BFLOAT16.rtol, BFLOAT16.tie_tol) == (1e-2, 1e-2, 0.1)
     assert FLOAT32.tie_tol < FLOAT16.tie_tol < BFLOAT16.tie_tol
@@ -372,9 +373,10 @@ def test_compare_takes_defaults_from_the_dtype_and_the_loosest_of_two() -> None:
 
 def test_individual_overrides_win_over_tolerances_and_dtype_defaults() -> None:
     cmp = compare(trace(BASE), trace(BASE), tolerances=BFLOAT16, rtol=0.5)
-    assert cmp.tolerances == Tolerances(1e-2, 0.5, 0.1)
-    assert compare(trace(BASE), trace(BASE), atol=1.0).tolerances == Tolerances(1.0, 1e-4, 1e-3)
-    assert FLOAT32.replace(tie_tol=0.5) == Tolerances(1e-6, 1e-4, 0.5)
+    assert cmp.tolerances == Tolerances(1e-2, 0.5, 0.1, LSE_ULPS)
+    assert compare(trace(BASE), trace(BASE), atol=1.0).tolerances == Tolerances(1.0, 1e-4, 1e-3, LSE_ULPS)
+    assert FLOAT32.replace(tie_tol=0.5) == Tolerances(1e-6, 1e-4, 0.5, LSE_ULPS)
+    assert compare(trace(BASE), trace(BASE), lse_ulps=0.0).tolerances == Tolerances(1e-6, 1e-4, 1e-3)
     drifted = with_step(1, step([(4, -0.02), (5, -4.5), (6, -7.0)]))
     assert compare(trace(BASE), trace(drifted), atol=0.2)
 

@@ -72,7 +72,7 @@ def test_within_tolerance_summary_names_the_largest_difference_and_where() -> No
     assert cmp.verdict is Verdict.WITHIN_TOLERANCE
     assert summary_line(cmp) == (
         "within tolerance (max |diff| 0.0001 at prompt 0 step 2 top_logprobs[1]; "
-        "atol 1e-06, rtol 0.0001, tie_tol 0.001)"
+        "atol 1e-06, rtol 0.0001, tie_tol 0.001, lse_ulps 8)"
     )
     assert "fix:" not in render(cmp)
 
@@ -260,6 +260,14 @@ def test_surrogate_tokens_render_safely_as_utf8() -> None:
     text.encode("utf-8")  # no lone surrogate reaches the terminal
 
 
+def test_a_dtype_switch_names_unprintable_dtypes_escaped() -> None:
+    old = trace(PATH, model=None, environment={"device": "cpu", "dtype": "\udc80"})
+    cmp = compare(old, trace(PATH, model=None, environment={"device": "cpu", "dtype": "float16"}))
+    line = summary_line(cmp)
+    assert "dtype changed \\x80 -> float16" in line  # the raw byte a surrogate stands for, as tokens show it
+    render(cmp).encode("utf-8")  # no lone surrogate reaches the terminal
+
+
 def test_window_lines_stay_under_120_columns() -> None:
     text = render(regression())
     assert all(display_width(line) < 120 for line in text.split("\n")[1:])
@@ -290,6 +298,24 @@ def test_the_second_line_says_which_environment_fields_moved_before_any_number()
         new, environment={"cpu_capability": "AVX512", "transformers": "5.23.0", "torch": "2.13.0"}
     )
     lines = render(compare(old, new)).splitlines()
-    assert lines[1] == "recorded on AVX2 / transformers 4.57.6, now AVX512 / transformers 5.23.0"
+    assert lines[1] == "recorded on transformers 4.57.6 / AVX2, now transformers 5.23.0 / AVX512"
     same = render(compare(old, dataclasses.replace(new, environment=old.environment))).splitlines()
     assert not same[1].startswith("recorded on")
+
+
+def test_a_torch_upgrade_leads_the_environment_line_like_a_transformers_one() -> None:
+    recorded = {"torch": "2.13.0+cpu", "transformers": "5.23.0", "cpu_capability": "AVX2", "num_threads": 1}
+    old = trace(PATH, environment=recorded)
+    new = trace(changed(3, step([(5, -0.02), (6, -2.0), (2, -3.0)])))
+
+    def line(**moved: object) -> str:
+        return render(compare(old, dataclasses.replace(new, environment={**recorded, **moved}))).splitlines()[1]
+
+    assert line(torch="2.6.0+cu124") == "recorded on torch 2.13.0+cpu, now torch 2.6.0+cu124"
+    # Named first, before the hardware and the settings that moved with it ...
+    assert line(torch="2.14.1+cu130", cpu_capability="AVX512", num_threads=2) == (
+        "recorded on torch 2.13.0+cpu / AVX2 / threads 1, now torch 2.14.1+cu130 / AVX512 / threads 2"
+    )
+    assert line(torch="2.6.0", transformers="4.57.6").startswith("recorded on torch 2.13.0+cpu / transformers 5.23.0,")
+    # ... and not named when only something else moved (the same release, another kernel set).
+    assert line(cpu_capability="AVX512") == "recorded on AVX2, now AVX512"

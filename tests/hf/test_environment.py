@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import transformers
 from fake_torch import FakeTorch
 
 from pytest_genguard.core.environments import environment_class, environment_differences, same_environment
-from pytest_genguard.hf.environment import environment
+from pytest_genguard.hf.environment import cpu_capability, environment
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 
@@ -154,3 +155,13 @@ def test_any_other_difference_makes_environments_different(change: dict[str, Any
 def test_unrecorded_environments_are_never_the_same() -> None:
     assert not same_environment({}, {})
     assert not same_environment(BASE, {})
+
+
+def test_the_scalar_kernel_set_has_one_name_on_every_torch_release() -> None:
+    def fake(name: str) -> Any:
+        return SimpleNamespace(backends=SimpleNamespace(cpu=SimpleNamespace(get_cpu_capability=lambda: name)))
+
+    # torch < 2.7 calls ATEN_CPU_CAPABILITY=default "NO AVX", later releases "DEFAULT": one spelling in every trace.
+    assert cpu_capability(fake("NO AVX")) == cpu_capability(fake("DEFAULT")) == "DEFAULT"
+    assert cpu_capability(fake("AVX2")) == "AVX2"  # other kernel sets keep their names
+    assert cpu_capability(SimpleNamespace(backends=SimpleNamespace())) is None  # a torch that cannot say

@@ -23,6 +23,7 @@ from transformers import Seq2SeqTrainer, Trainer  # noqa: F401
 import pytest_genguard.hf.recorder  # noqa: F401
 from pytest_genguard.hf import recipe as recipe_module
 from pytest_genguard.hf import training as training_module
+from pytest_genguard.hf.environment import cpu_model
 
 # weights_hash(tiny_model(arch, seed)): recorded once; every machine, kernel set and transformers version must agree.
 GOLDEN = {
@@ -38,9 +39,9 @@ HASHES = """
 import json
 from pytest_genguard.hf.tiny import tiny_model
 from pytest_genguard.hf.fingerprint import weights_hash
-import torch
+from pytest_genguard.hf.environment import cpu_capability
 hashes = {f"{a}/{s}": weights_hash(tiny_model(a, seed=s)) for a in ("gpt2", "llama", "t5") for s in (0, 7)}
-print(json.dumps({"capability": torch.backends.cpu.get_cpu_capability(), "hashes": hashes}))
+print(json.dumps({"capability": cpu_capability(), "hashes": hashes}))
 """
 
 
@@ -214,8 +215,12 @@ def test_the_training_tolerance_still_catches_real_training_changes(
     snapshots = recorded_under_avx2 / "__snapshots__"
     target = pytester.path / "__snapshots__" / "test_portable"
     target.mkdir(parents=True)
-    stored = snapshots / "test_portable" / "test_training.genguard"
-    target.joinpath("test_training.genguard").write_text(stored.read_text())
+    stored = (snapshots / "test_portable" / "test_training.genguard").read_text()
+    # As trained on another CPU: in the recording environment a history is compared bitwise, and this test is about
+    # what the training tolerance (the rule everywhere else) still catches.
+    here = f'"cpu": {json.dumps(cpu_model())}'
+    assert here in stored
+    target.joinpath("test_training.genguard").write_text(stored.replace(here, '"cpu": "another CPU"'))
     monkeypatch.setenv("GENGUARD_CACHE_DIR", str(pytester.path / "cache"))
     result = pytester.runpytest(*QUIET, "-k", "training")
     result.assert_outcomes(failed=1, deselected=1)

@@ -96,7 +96,8 @@ def test_each_beam_step_carries_the_logprobs_of_the_beam_that_made_it(arch: str)
             assert s.top_ids == g.top_ids
             assert s.logprob == pytest.approx(g.logprob, abs=1e-5)
             assert s.top_logprobs == pytest.approx(g.top_logprobs, abs=1e-5)
-            assert s.score == s.logprob  # beam scores are log-softmax; no processor changed them
+            # Beam scores are generate()'s float32 log-softmax, unprocessed; logprobs are genguard's, in float64.
+            assert s.score == pytest.approx(s.logprob, abs=1e-5)
 
 
 def test_verify_of_an_early_ending_beam_trace_regenerates_it(tuned: Any) -> None:

@@ -148,12 +148,10 @@ def test_shared_mode_snapshot_updates_leave_per_environment_baselines_alone(
 # (tests/support/snapshot_support.py)
 # whose environment a variant can set, and a hook that writes every genguard event of the inner run to events.jsonl.
 
-SHARED_ENV = 'environment={"dtype": "float32", "device": "cpu"}'
+SHARED_ENV = 'environment={**ENVIRONMENT, "dtype": v.get("dtype", "float32"), **v.get("environment", {})}'
 assert SHARED_ENV in snapshot_support.CONFTEST  # the hand-made trace this module varies
 PER_ENV_CONFTEST = (
-    snapshot_support.CONFTEST.replace(
-        SHARED_ENV, 'environment=v.get("environment", {"dtype": "float32", "device": "cpu"})'
-    )
+    snapshot_support.CONFTEST.replace(SHARED_ENV, 'environment=v.get("environment", ENVIRONMENT)')
     + """
 
 import os

@@ -37,7 +37,7 @@ BAD_FILES = {
 }
 MESSAGES = {
     "truncated": "not valid JSON*",
-    "not-json": "not valid JSON*",
+    "not-json": 'not a genguard trace or recorder history (it has no "schema" key)*',
     "schema-2": "trace schema 2 is not supported by this pytest-genguard*",
     "wrong-types": "*expected *",
     "hand-edited": "prompts[[]0[]].steps[[]0[]].logprob: expected a number, found 'about -0.5'*",

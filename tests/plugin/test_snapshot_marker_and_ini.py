@@ -68,13 +68,20 @@ def test_a_class_marker_applies_and_the_method_marker_wins_per_key(recorded: pyt
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ("atoll=1e-3", "unknown argument 'atoll'; accepted: atol, rtol, tie_tol, allow_nonfinite"),
+        (
+            "atoll=1e-3",
+            "unknown argument 'atoll'; accepted: atol, rtol, tie_tol, lse_ulps, allow_nonfinite, allow_dtype_change",
+        ),
         ("atol='tight'", "atol='tight' is not a number >= 0 (write e.g. atol=1e-4)"),
         ("rtol=-1.0", "rtol=-1.0 is not a number >= 0*"),
         ("tie_tol=True", "tie_tol=True is not a number >= 0*"),
         ("atol=float('inf')", "atol=inf is infinite: it would accept any drift (write e.g. atol=1e-4)"),
         ("allow_nonfinite='yes'", "allow_nonfinite='yes' is not True or False"),
-        ("1e-3", "takes keyword arguments only (atol=, rtol=, tie_tol=, allow_nonfinite=); got (0.001,)"),
+        (
+            "1e-3",
+            "takes keyword arguments only (atol=, rtol=, tie_tol=, lse_ulps=, allow_nonfinite=, "
+            "allow_dtype_change=); got (0.001,)",
+        ),
     ],
     ids=["unknown-key", "string", "negative", "bool", "infinite", "allow-nonfinite-not-bool", "positional"],
 )

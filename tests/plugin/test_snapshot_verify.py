@@ -147,3 +147,20 @@ def test_a_regressed_stored_trace_fails_as_a_regression(recorded: pytest.Pyteste
     result = run(recorded, "-k", "test_verified")
     result.assert_outcomes(failed=1, deselected=1)
     result.stdout.fnmatch_lines(["E  *AssertionError: regression: prompt 0 'the quick' drifts at step 0 *"])
+
+
+def test_a_decoding_setting_added_to_verify_after_recording_makes_the_snapshot_stale(
+    recorded: pytest.Pytester,
+) -> None:
+    """Any decoding setting (not only the common ones) given to verify() that the snapshot was not recorded with is a
+    changed test argument: stale, not a silent pass (teacher forcing of the stored trace would ignore it)."""
+    source = (recorded.path / "test_gen.py").read_text()
+    (recorded.path / "test_gen.py").write_text(
+        source.replace("max_new_tokens=6)", "max_new_tokens=6, suppress_tokens=[5], renormalize_logits=False)")
+    )
+    result = run(recorded, "-k", "test_verified")
+    result.assert_outcomes(failed=1, deselected=1)
+    result.stdout.fnmatch_lines(
+        ["E  *AssertionError: stale: decoding settings changed: suppress_tokens (unset) -> '[[]5[]]'; if intended*"]
+    )
+    assert "renormalize_logits (unset)" not in result.stdout.str()  # False is off, as unset is: not a setting

@@ -185,6 +185,38 @@ def test_fragile_steps_seen_while_recording_are_counted(pytester: pytest.Pyteste
     ]
 
 
+def test_fragile_steps_follow_the_tie_tolerance_of_the_ini_and_the_marker(pytester: pytest.Pytester) -> None:
+    """One near-tie rule: record() calls a step fragile exactly where the test's own comparison would call a split
+    a near tie, with the ini's genguard_tie_tol and the test's marker on top of the dtype default."""
+    pytester.makeini("[pytest]\ngenguard_tie_tol = 100\n")  # every margin of a tiny model is under 100
+    pytester.makepyfile(
+        """
+        import pathlib
+
+        import pytest
+
+        from pytest_genguard.hf.record import record
+        from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+
+
+        def test_ini():
+            trace = record(tiny_model("gpt2"), tiny_tokenizer(), ["the quick"], max_new_tokens=3, top_k=2)
+            pathlib.Path("steps.txt").write_text(str(sum(len(p.steps) for p in trace)))
+
+
+        @pytest.mark.genguard(tie_tol=0)
+        def test_marker():
+            record(tiny_model("gpt2"), tiny_tokenizer(), ["the quick"], max_new_tokens=3, top_k=2)
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=2)
+    steps = int(pytester.path.joinpath("steps.txt").read_text())
+    lines = section(result.stdout.str())
+    assert lines[1].startswith(f"fragile steps seen while recording: {steps} in 1 test ")
+    assert "test_marker" not in "\n".join(lines)
+
+
 def test_the_rerecord_command_names_each_file_with_stale_snapshots_once() -> None:
     stale = ["a/test_x.py::test_1", "a/test_x.py::test_2[p]", "b/test y.py::test_3"]
     assert summary.rerecord_command(stale) == "pytest --genguard-update-stale a/test_x.py 'b/test y.py'"

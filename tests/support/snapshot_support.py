@@ -25,6 +25,7 @@ from pathlib import Path
 from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
 
 HERE = Path(__file__).parent
+ENVIRONMENT = {"dtype": "float32", "device": "cpu", "logprobs": "float64"}  # as record() writes (logprobs in float64)
 
 
 def make_trace(name):
@@ -49,9 +50,9 @@ def make_trace(name):
     return GenerationTrace(
         prompts=(PromptTrace("hello", (1, 2), tuple(steps), v.get("finish", "length"), "the cat sat"),),
         settings={"max_new_tokens": v.get("max_new_tokens", 3), "mode": "greedy", "record_top_k": 3},
-        model=ModelFingerprint("gpt2", "c" * 64, v.get("weights", "a") * 64, 1000, "float32"),
+        model=ModelFingerprint("gpt2", "c" * 64, v.get("weights", "a") * 64, 1000, v.get("dtype", "float32")),
         tokenizer=TokenizerFingerprint("tiny", 768, v.get("tokenizer", "t") * 64),
-        environment={"dtype": "float32", "device": "cpu"},
+        environment={**ENVIRONMENT, "dtype": v.get("dtype", "float32"), **v.get("environment", {})},
     )
 '''
 

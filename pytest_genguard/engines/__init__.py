@@ -1,0 +1,28 @@
+"""Serving engines judged by the snapshots of the model they serve: CTranslate2 and ONNX Runtime.
+
+`engine("ctranslate2").record(model_dir, reference=trace)` converts a `save_pretrained` folder (cached by the weights'
+fingerprint), teacher forces the reference trace's paths through the engine and returns a `GenerationTrace` that
+compares with the Hugging Face snapshot like any other. Each engine is an extra (``pip install
+"pytest-genguard[ctranslate2]"``) imported only when used: importing this package imports no engine, and neither
+torch nor transformers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_genguard.engines.base import Backend, Engine, EngineUnavailable, backend_for
+
+__all__ = ["ENGINES", "Backend", "Engine", "EngineUnavailable", "engine"]
+
+ENGINES = ("ctranslate2", "onnxruntime")
+"""The engines genguard can judge, by the name `engine()` takes."""
+
+
+def engine(name: str, *, cache_dir: Path | str | None = None) -> Engine:
+    """The engine `name` (one of `ENGINES`), converting into `cache_dir` (default: genguard's cache dir).
+
+    Raises `EngineUnavailable` (an ImportError whose message is the install command) when the engine's extra is not
+    installed, and ValueError for an unknown name.
+    """
+    return Engine(backend_for(name), None if cache_dir is None else Path(cache_dir))

@@ -1,0 +1,204 @@
+"""What every engine shares: its conversion cache, the teacher-forced pass through it, the trace it yields.
+
+An engine module (`ct2`, `ort`) gives a `Backend`: how to convert a `save_pretrained` folder, how to load the result,
+and a function that returns the raw logits of whole token sequences. The rest is the same for every engine and reuses
+the torch side: the model fingerprint and generation config come from the saved Hugging Face model, the trace is built
+by `hf.teacher` (processors re-applied along the path, top-k, greedy preferences) from the engine's logits instead of
+the model's, and the environment names the engine, so a failure reads ``recorded on transformers, now ctranslate2``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.hf.cache import cache_key, default_cache_dir, fetch
+from pytest_genguard.hf.fingerprint import model_fingerprint
+from pytest_genguard.hf.teacher import teacher_force_with_preferences
+
+if TYPE_CHECKING:
+    import numpy
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = ["Backend", "Engine", "EngineUnavailable", "Logits", "backend_for", "install_command"]
+
+Logits = Callable[[Sequence[Sequence[int]]], Sequence["numpy.ndarray[Any, Any]"]]
+"""A loaded engine: token id sequences in, each sequence's raw logits ``[len, vocab]`` (float32) out."""
+
+CONVERSION_FORMAT = 1
+"""Bump when a conversion changes for the same model and engine version: old cache entries are then not found."""
+
+_MODULES = {"ctranslate2": "pytest_genguard.engines.ct2", "onnxruntime": "pytest_genguard.engines.ort"}
+_PACKAGES = {"ctranslate2": ("ctranslate2",), "onnxruntime": ("onnxruntime", "onnx")}
+
+
+class EngineUnavailable(ImportError):
+    """The engine's extra is not installed; the message is the command that installs it."""
+
+
+def install_command(name: str) -> str:
+    """``pip install "pytest-genguard[<name>]"``: what makes engine `name` importable."""
+    return f'pip install "pytest-genguard[{name}]"'
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """One engine: its conversion, its loader and what it says about itself."""
+
+    name: str
+    version: str
+    compute_type: str  # what the engine computes in ("float32": held to the float32 rule)
+    convert: Callable[[Path, Path], None]  # save_pretrained folder -> folder of flat files
+    load: Callable[[Path], Logits]
+
+
+def backend_for(name: str) -> Backend:
+    """The backend of engine `name`, importing its module (and so the engine) now."""
+    if name not in _MODULES:
+        raise ValueError(f"genguard engines: unknown engine {name!r}; choose one of {', '.join(sorted(_MODULES))}")
+    for package in _PACKAGES[name]:
+        try:
+            importlib.import_module(package)
+        except ImportError as exc:
+            raise EngineUnavailable(
+                f"genguard engine {name!r} needs the package {package!r}, which cannot be imported ({exc}); "
+                f"install it with: {install_command(name)}"
+            ) from exc
+    backend = importlib.import_module(_MODULES[name]).backend()
+    if not isinstance(backend, Backend):
+        raise TypeError(
+            f"genguard engines: {_MODULES[name]}.backend() returned {type(backend).__name__}, not a Backend"
+        )
+    return backend
+
+
+@dataclasses.dataclass(frozen=True)
+class Engine:
+    """An engine ready to convert models and record traces; `cache_dir` None is genguard's cache dir."""
+
+    backend: Backend
+    cache_dir: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    def convert(self, model_dir: Path | str) -> Path:
+        """The engine's conversion of the saved model in `model_dir`, built once per weights fingerprint and engine
+        version (under a file lock, written to a temp folder and renamed into place)."""
+        model, _ = _load_saved(Path(model_dir), need_tokenizer=False)
+        return self._converted(Path(model_dir), model)
+
+    def record(
+        self,
+        model_dir: Path | str,
+        *,
+        reference: GenerationTrace,
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        converted: Path | str | None = None,
+        logits_processor: Sequence[Any] = (),
+    ) -> GenerationTrace:
+        """The trace the engine gives along `reference`'s paths, to compare with `reference` (or its snapshot).
+
+        Every step is teacher forced through the engine in one pass per prompt: its raw logits give the logprobs and
+        the top-k; the recorded decoding settings' processors (transformers' own) give the processed scores, so
+        greedy, sampled and top-k traces are all judged; a greedy step where the engine prefers another token ends
+        that prompt's path there, as generation through the engine would. `model_dir` is the `save_pretrained`
+        folder (the fingerprint and generation config come from it, and the tokenizer unless `tokenizer` is given);
+        `converted` is a conversion you made yourself (default: genguard converts `model_dir`, cached).
+        """
+        if not isinstance(reference, GenerationTrace):
+            raise TypeError(
+                f"{self.name}.record(): reference must be a GenerationTrace (a snapshot's trace or record()'s "
+                f"result), got {type(reference).__name__}"
+            )
+        folder = Path(model_dir)
+        model, saved_tokenizer = _load_saved(folder, need_tokenizer=tokenizer is None)
+        tok = tokenizer if tokenizer is not None else saved_tokenizer
+        engine_dir = Path(converted) if converted is not None else self._converted(folder, model)
+        logits = self.backend.load(engine_dir)
+        actual, _ = teacher_force_with_preferences(
+            model,
+            tok,
+            reference,
+            logits_processor=list(logits_processor),
+            engine=lambda trace, steps: _forced_logits(logits, trace, steps),
+        )
+        return dataclasses.replace(actual, environment=self._environment(actual.environment))
+
+    def _environment(self, hf: Any) -> dict[str, JSONScalar]:
+        """The trace's environment: the host's fields, the engine's in place of the attention implementation."""
+        fields = {k: v for k, v in dict(hf).items() if k != "attn_implementation"}
+        fields["engine"] = f"{self.backend.name} {self.backend.version}"
+        fields["dtype"] = self.backend.compute_type
+        fields["engine_values"] = "raw logits, teacher forced; processed scores by transformers' processors"
+        return fields
+
+    def _converted(self, model_dir: Path, model: PreTrainedModel) -> Path:
+        fingerprint = model_fingerprint(model)
+        key = cache_key(
+            {
+                "engine": self.backend.name,
+                "version": self.backend.version,
+                "compute_type": self.backend.compute_type,
+                "weights": fingerprint.weights_hash,
+                "config": fingerprint.config_hash,
+                "format": CONVERSION_FORMAT,
+            }
+        )
+        root = (self.cache_dir or default_cache_dir()) / "engines" / self.backend.name
+
+        def build(tmp: Path) -> tuple[None, dict[str, Any]]:
+            self.backend.convert(model_dir, tmp)
+            return None, {"engine": self.backend.name, "version": self.backend.version, "source": str(model_dir)}
+
+        return fetch(root, key, build=build, load=lambda entry, manifest: None).path
+
+
+def _load_saved(folder: Path, *, need_tokenizer: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:
+    """The Hugging Face model (and tokenizer) saved in `folder`, or an error that names the folder and the fix."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(
+            f"genguard engines: {folder} holds no config.json; pass the folder written by "
+            "model.save_pretrained(folder) (and tokenizer.save_pretrained(folder), or tokenizer=...)"
+        )
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    model.eval()
+    tokenizer = None
+    if need_tokenizer:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+        except (OSError, ValueError) as exc:
+            raise FileNotFoundError(
+                f"genguard engines: no tokenizer in {folder} ({exc}); save it there with "
+                "tokenizer.save_pretrained(folder), or pass tokenizer=..."
+            ) from None
+    return model, tokenizer
+
+
+def _forced_logits(logits: Logits, trace: GenerationTrace, steps: int) -> torch.Tensor:
+    """``[prompts, steps, vocab]``: the engine's logits at the positions that predict each recorded step (each
+    prompt run on its own, unpadded; steps past a prompt's end stay zero and are never read)."""
+    import torch
+
+    sequences = [list(p.prompt_ids) + [s.token_id for s in p.steps[:-1]] for p in trace.prompts]
+    outputs = logits([s for s in sequences if s])
+    vocab = int(outputs[0].shape[-1]) if len(outputs) else 0
+    out = torch.zeros((len(trace.prompts), steps, vocab), dtype=torch.float32)
+    rows = iter(outputs)
+    for b, (p, sequence) in enumerate(zip(trace.prompts, sequences, strict=True)):
+        if not sequence:
+            continue
+        row = next(rows)
+        start = len(p.prompt_ids) - 1
+        if p.steps and start >= 0:
+            out[b, : len(p.steps)] = torch.from_numpy(row[start : start + len(p.steps)].astype("float32"))
+    return out

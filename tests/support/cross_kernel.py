@@ -1,0 +1,64 @@
+"""The cross-kernel decoding data in `fixtures/cross_kernel/` (see its README): the same pinned and untrained tiny
+models decoded under every CPU kernel set, on an Intel Xeon with AVX-512 (two torch releases) and on an AMD EPYC."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from functools import cache
+from pathlib import Path
+
+from pytest_genguard.core.compare import step_scale
+from pytest_genguard.core.environments import logprobs_epsilon
+from pytest_genguard.core.tolerances import Tolerances
+from pytest_genguard.core.trace import GenerationTrace
+
+FOLDER = Path(__file__).resolve().parents[2] / "fixtures" / "cross_kernel"
+PINS = FOLDER / "pins"
+BUNDLES = tuple(sorted(p.name.removesuffix(".json.gz") for p in FOLDER.glob("*.json.gz")))
+ARCHS = ("gpt2", "llama", "t5")
+PROMPTS = [
+    "the quick brown",
+    "once upon a time there",
+    "hello",
+    "tests keep models",
+    "a small",
+    "why is the sky",
+    "she said that",
+    "numbers like 3 and",
+]
+
+
+@cache
+def bundle(name: str) -> dict[str, GenerationTrace]:
+    """One environment's 36 traces by name ('llama-ft0-greedy', ...)."""
+    texts = json.loads(gzip.decompress((FOLDER / f"{name}.json.gz").read_bytes()))
+    return {key: GenerationTrace.from_json(text, source=f"{name}/{key}") for key, text in texts.items()}
+
+
+def without_lse(trace: GenerationTrace) -> GenerationTrace:
+    """The trace as pytest-genguard 0.1 wrote it (no per-step log-sum-exp): compared with that version's rule."""
+    prompts = tuple(
+        dataclasses.replace(p, steps=tuple(dataclasses.replace(s, lse=None) for s in p.steps)) for p in trace.prompts
+    )
+    return dataclasses.replace(trace, prompts=prompts)
+
+
+def worst_share(a: GenerationTrace, b: GenerationTrace, tolerances: Tolerances) -> float:
+    """The largest |diff| / allowance over the values compare() checks on the common path (chosen logprob, score,
+    top-k entries present on both sides): how much of the allowance the noise used."""
+    worst = 0.0
+    epsilon = max(logprobs_epsilon(a.environment), logprobs_epsilon(b.environment))
+    for pa, pb in zip(a.prompts, b.prompts, strict=True):
+        for sa, sb in zip(pa.steps, pb.steps, strict=False):
+            if sa.token_id != sb.token_id:
+                break
+            rounding = epsilon * step_scale(sa, sb)
+            theirs = dict(zip(sb.top_ids, sb.top_logprobs, strict=True))
+            pairs = [(sa.logprob, sb.logprob), (sa.score, sb.score)]
+            pairs += [(x, theirs[i]) for i, x in zip(sa.top_ids, sa.top_logprobs, strict=True) if i in theirs]
+            for x, y in pairs:
+                if x != y:
+                    worst = max(worst, abs(x - y) / tolerances.allowed(x, y, rounding))
+    return worst
