@@ -1,12 +1,17 @@
 """The probe side of `genguard bisect`: loaded with ``-p pytest_genguard.plugin.probe`` in the environment of one
 release, it writes what each test did (outcome, the failure's message, its genguard events) and the torch and
 transformers versions to the JSON file named by ``GENGUARD_BISECT_PROBE``, where the bisect driver
-(`pytest_genguard.bisection.probing`) reads the verdict. Without that variable it does nothing."""
+(`pytest_genguard.bisection.probing`) reads the verdict. Without that variable it does nothing.
+
+Once pytest is done (its last ``pytest_unconfigure``), a probe process ends at once (``os._exit`` with pytest's exit
+status): the verdict is written by then, and the interpreter's teardown, torch's included, would add 1-3 s to every
+probe."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -26,6 +31,7 @@ class ProbeWriter:
 
     target: Path
     tests: list[dict[str, Any]] = field(default_factory=list)
+    exitstatus: int = 0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call" and report.outcome == "passed":
@@ -53,8 +59,15 @@ class ProbeWriter:
                 versions[name] = metadata.version(name)
             except metadata.PackageNotFoundError:
                 versions[name] = None
-        document = {"exitstatus": int(exitstatus), "versions": versions, "tests": self.tests}
+        self.exitstatus = int(exitstatus)
+        document = {"exitstatus": self.exitstatus, "versions": versions, "tests": self.tests}
         atomic_write_text(self.target, json.dumps(document, indent=1) + "\n")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(self.exitstatus)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -43,6 +43,7 @@ def test_a_probe_run_reports_each_tests_verdict_and_the_versions(pytester: pytes
         monkeypatch.delenv(name, raising=False)
     result = pytester.runpytest_subprocess("-p", "pytest_genguard.plugin.probe", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=2)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the probe's early exit keeps pytest's exit status
     document = json.loads(out.read_text())
     assert document["versions"]["transformers"] and document["versions"]["torch"]
     assert verdict_of(document, "test_probe.py::test_snapshot_missing")[0] == "missing"
