@@ -1,8 +1,9 @@
 """`bisect()`: which release of transformers (or torch) changed what a snapshot test sees.
 
 The good release defaults to the one recorded in the test's snapshot (its trace's ``environment``), the bad one to the
-release installed here. The releases between them come from the package index (`releases`), each probed release gets
-its own cached environment (`environments`), the test runs there (`probing`), and `search` halves the range.
+release installed here. The releases between them come from the package index (`releases`), the installed one is
+probed here and every other one in its own cached environment layered over this one (`environments`), the test runs
+there (`probing`), and `search` halves the range.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from pytest_genguard.bisection.environments import Environments, PackageSources, cache_root, installed_requirements
+from pytest_genguard.bisection.environments import Environments, PackageSources, cache_root
 from pytest_genguard.bisection.probing import Prober
 from pytest_genguard.bisection.releases import ReleaseError, between, index_versions
 from pytest_genguard.bisection.search import Outcome, ProbeResult, SearchResult, search
@@ -101,19 +102,6 @@ def installed_version(package: str) -> str | None:
         return None
 
 
-def _dependencies(package: str) -> tuple[str, ...]:
-    """The installed `package`'s unconditional requirements (names): pins another release may need relaxed."""
-    names = []
-    for requirement in metadata.requires(package) or []:
-        if "extra ==" in requirement:
-            continue
-        name = requirement.split(";")[0]
-        for stop in "<>=!~[ (":
-            name = name.split(stop)[0]
-        names.append(name.strip())
-    return tuple(names)
-
-
 def bisect(
     nodeid: str,
     *,
@@ -131,9 +119,10 @@ def bisect(
 ) -> BisectResult:
     """Name the first release of `package` between `good` and `bad` whose verdict on test `nodeid` differs from
     `good`'s. `good` defaults to the version recorded in the test's snapshot, `bad` to the installed one; the releases
-    between come from the package index (`pre`: with pre-releases), or `versions`. Each release is installed with uv
-    in its own cached environment (`find_links`: local wheel folders, added to pip's own configuration) and the test
-    runs there; `probe` replaces that (tests). `on_probe` sees each probe as it finishes. Raises BisectError on bad
+    between come from the package index (`pre`: with pre-releases), or `versions`. The release installed here is
+    probed in this interpreter; every other one is installed with uv in its own cached environment layered over this
+    one (`find_links`: local wheel folders, added to pip's own configuration) and the test runs there; `probe`
+    replaces that (tests). `on_probe` sees each probe as it finishes. Raises BisectError on bad
     input (ReleaseError when the releases cannot be listed)."""
     root = Path(rootdir).resolve()
     if package not in PACKAGES and probe is None:
@@ -159,10 +148,8 @@ def bisect(
     if probe is None:
         environments = Environments(
             package,
-            tuple(installed_requirements(exclude=(package,))),
             PackageSources.from_pip(tuple(find_links)),
             Path(cache_dir) if cache_dir is not None else cache_root() / "bisect",
-            relaxable=_dependencies(package),
         )
         probe = Prober(nodeid, environments, root, tuple(pytest_args))
     start = time.monotonic()

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_genguard.bisection.environments import Environments, InstallError
+from pytest_genguard.bisection.environments import Environments, InstallError, installed
 from pytest_genguard.bisection.search import ProbeResult
 
 __all__ = ["PASSED", "Prober", "verdict_of"]
@@ -77,12 +77,21 @@ class Prober:
     pytest_args: Sequence[str] = ()
     timeout_s: float = 600
 
+    def _in_process(self) -> list[str]:
+        """``-n 0`` where pytest-xdist is installed: one test needs no workers (each would import torch again), and
+        an ``addopts = -n 2`` in the user's configuration stays valid (``-p no:xdist`` would make ``-n`` an error)."""
+        return ["-n", "0"] if "pytest-xdist" in installed(self.environments.base) else []
+
     def __call__(self, version: str) -> ProbeResult:
         start = time.monotonic()
         try:
-            python, _reused = self.environments.ensure(version)
+            python, reused = self.environments.ensure(version)
         except InstallError as exc:
             return ProbeResult(version, "", "", time.monotonic() - start, skipped=str(exc))
+        if self.environments.is_home(version):
+            setup = "installed here"
+        else:
+            setup = "cached env" if reused else f"new env {time.monotonic() - start:.1f} s"
         with tempfile.TemporaryDirectory(prefix="genguard-probe-") as scratch:
             out = Path(scratch) / "probe.json"
             env = {**os.environ, PROBE_ENV_VAR: str(out)}
@@ -90,7 +99,7 @@ class Prober:
             env.pop("VIRTUAL_ENV", None)
             command = [
                 str(python), "-m", "pytest", self.nodeid, "-p", PROBE_PLUGIN, "-p", "no:cacheprovider", "-q",
-                "--no-header", "-p", "no:randomly", *self.pytest_args,
+                "--no-header", "-p", "no:randomly", *self._in_process(), *self.pytest_args,
             ]  # fmt: skip
             try:
                 done = subprocess.run(
@@ -98,12 +107,12 @@ class Prober:
                 )
             except subprocess.TimeoutExpired:
                 line = f"error: the test ran past {self.timeout_s:.0f} s"
-                return ProbeResult(version, "error", line, time.monotonic() - start)
+                return ProbeResult(version, "error", line, time.monotonic() - start, setup=setup)
             try:
                 document = json.loads(out.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["(no output)"]
                 line = _short(f"error: pytest did not report (exit {done.returncode}): {tail[0]}")
-                return ProbeResult(version, "error", line, time.monotonic() - start)
+                return ProbeResult(version, "error", line, time.monotonic() - start, setup=setup)
         verdict, line, environment = verdict_of(document, self.nodeid)
-        return ProbeResult(version, verdict, line, time.monotonic() - start, environment)
+        return ProbeResult(version, verdict, line, time.monotonic() - start, environment, setup=setup)

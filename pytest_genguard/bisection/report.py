@@ -16,8 +16,9 @@ EXIT_CODES = {Outcome.FOUND: 0, Outcome.NO_CHANGE: 1, Outcome.INCONCLUSIVE: 3}
 
 
 def progress_line(package: str, probe: ProbeResult) -> str:
-    """``  transformers 5.2.0   regression  4.1 s  prompt 0 ... diverges at step 3 ...`` (or ``skipped: why``)."""
-    head = f"  {package} {probe.version:<10} {probe.seconds:6.1f} s  "
+    """``  transformers 5.2.0     12.1 s  new env 0.8 s   regression: prompt 0 ... diverges at step 3 ...`` (or
+    ``skipped: why``): the release, the probe's time (building its environment included) and the verdict line."""
+    head = f"  {package} {probe.version:<10} {probe.seconds:6.1f} s  " + (f"{probe.setup:<15} " if probe.setup else "")
     if probe.skipped is not None:
         return head + f"skipped: {probe.skipped}"
     return head + probe.line

@@ -24,7 +24,8 @@ class ProbeResult:
 
     `verdict` is what the search compares ("passed", "regression", "stale", "error", ...); `line` is the verdict line
     shown to the reader (the first line of the failure). `skipped` holds why the release was not probed (it did not
-    install), and then `verdict` is empty.
+    install), and then `verdict` is empty. `setup` says where it ran: "installed here" (this environment), "cached
+    env" or "new env 0.8 s" (the time it took to build).
     """
 
     version: str
@@ -33,6 +34,7 @@ class ProbeResult:
     seconds: float
     environment: str = ""
     skipped: str | None = None
+    setup: str = ""
 
 
 class Outcome(enum.Enum):
