@@ -15,18 +15,23 @@ BISECTABLE = ("transformers", "torch")
 
 
 def bisect_hint(cmp: Comparison, targets: Sequence[str]) -> str | None:
-    """``which transformers release changed it: genguard bisect NODEID`` for a regression recorded under another
-    transformers (or torch) version; None otherwise (no node id, no version change, not a regression)."""
+    """``which transformers release changed it (5.21.1 -> 5.23.0): genguard bisect NODEID`` for a regression recorded
+    under another transformers (or torch) version, both commands when both moved; None otherwise (no node id, no
+    version change, not a regression)."""
     if cmp.verdict is not Verdict.REGRESSION or len(targets) != 1 or "::" not in targets[0]:
         return None
-    moved = {key: (old, new) for key, old, new in cmp.environment_diff}
-    for package in BISECTABLE:
-        old, new = moved.get(package, (None, None))
-        if old is not None and new is not None and old != new:
-            option = "" if package == "transformers" else f" --package {package}"
-            command = f"genguard bisect {shlex.quote(targets[0])}{option}"
-            return f"which {package} release changed it ({old} -> {new}): {command}"
-    return None
+    diff = {key: (old, new) for key, old, new in cmp.environment_diff}
+    moved = [(package, *diff[package]) for package in BISECTABLE if package in diff]
+    moved = [(package, old, new) for package, old, new in moved if old is not None and new is not None and old != new]
+    if not moved:
+        return None
+    node = shlex.quote(targets[0])
+    commands = [f"genguard bisect {node}" + ("" if p == "transformers" else f" --package {p}") for p, _, _ in moved]
+    if len(moved) == 1:
+        package, old, new = moved[0]
+        return f"which {package} release changed it ({old} -> {new}): {commands[0]}"
+    changes = ", ".join(f"{package} {old} -> {new}" for package, old, new in moved)
+    return f"which release changed it ({changes}): {', or '.join(commands)}"
 
 
 def with_bisect_hint(detail: str, cmp: Comparison, targets: Sequence[str]) -> str:

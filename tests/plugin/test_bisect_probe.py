@@ -61,3 +61,33 @@ def test_without_the_variable_the_probe_writes_nothing(pytester: pytest.Pytester
     result = pytester.runpytest_subprocess("-p", "pytest_genguard.plugin.probe", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert list(pytester.path.glob("*.json")) == []
+
+
+HINT_TEST = f"""
+import json
+from pathlib import Path
+from pytest_genguard import GenerationTrace
+
+def test_regressed(genguard_snapshot):
+    data = json.loads(Path({str(SNAPSHOT)!r}).read_text())
+    data["environment"]["transformers"] = "5.23.0"
+    data["prompts"][0]["steps"][4]["id"] = 760  # another token at step 4: a regression
+    data["prompts"][0]["steps"][4]["token"] = " friday"
+    assert GenerationTrace.from_json(json.dumps(data)) == genguard_snapshot
+"""
+
+
+def test_a_regression_under_another_transformers_ends_with_the_bisect_command(pytester: pytest.Pytester):
+    pytester.makepyfile(test_hint=HINT_TEST)
+    folder = pytester.path / "__snapshots__" / "test_hint"
+    folder.mkdir(parents=True)
+    (folder / "test_regressed.genguard").write_text(SNAPSHOT.read_text())  # recorded on transformers 5.21.1
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-vv")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "E *regression: prompt 0 'the quick brown fox' diverges at step 4*",
+            "E *recorded on transformers 5.21.1, now transformers 5.23.0",
+            "E *which transformers release changed it (5.21.1 -> 5.23.0): genguard bisect test_hint.py::test_regressed",
+        ]
+    )
