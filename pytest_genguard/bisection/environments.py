@@ -135,36 +135,56 @@ def base_site_dirs() -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(Path(d).resolve()) for d in dirs if Path(d).is_dir()))
 
 
-def installed(paths: Sequence[str]) -> dict[str, str]:
-    """{normalised name: version} of the distributions on `paths`, the first of each name winning (as imports do)."""
-    found: dict[str, str] = {}
+def _distributions(paths: Sequence[str]) -> dict[str, metadata.Distribution]:
+    """The distributions on `paths` by normalised name, the first of each name winning (as imports do)."""
+    found: dict[str, metadata.Distribution] = {}
     for dist in metadata.distributions(path=list(paths)):
         name = dist.metadata["Name"]
         if name and _normal(name) not in found:
-            found[_normal(name)] = dist.version
+            found[_normal(name)] = dist
     return found
+
+
+def installed(paths: Sequence[str]) -> dict[str, str]:
+    """{normalised name: version} of the distributions on `paths`, the first of each name winning (as imports do)."""
+    return {name: dist.version for name, dist in _distributions(paths).items()}
 
 
 def unsatisfied(requirements: Sequence[str], paths: Sequence[str]) -> list[str]:
     """The requirements (``Requires-Dist`` lines; extras' and other platforms' left out) that the distributions on
-    `paths` do not meet, as ``name<specifier>`` strings for uv."""
-    present = installed(paths)
-    missing = []
-    for line in requirements:
-        try:
-            requirement = Requirement(line)
-        except InvalidRequirement:
-            continue
-        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
-            continue
-        version = present.get(_normal(requirement.name))
-        try:
-            ok = version is not None and requirement.specifier.contains(Version(version), prereleases=True)
-        except InvalidVersion:
-            ok = False
-        if not ok:
-            missing.append(f"{requirement.name}{requirement.specifier}")
-    return missing
+    `paths` do not meet, as ``name[extras]<specifier>`` strings for uv. A requirement with extras is met when the
+    distribution is and so are the requirements its extras add (``cuda-toolkit[cufile]`` needs nvidia-cufile)."""
+    present = _distributions(paths)
+    missing: list[str] = []
+    seen: set[tuple[str, str]] = set()
+
+    def check(lines: Sequence[str], extra: str) -> None:
+        for line in lines:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                continue
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": extra}):
+                continue
+            dist = present.get(_normal(requirement.name))
+            if dist is None or not _meets(requirement, dist.version):
+                extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+                missing.append(f"{requirement.name}{extras}{requirement.specifier}")
+                continue
+            for wanted in sorted(requirement.extras):
+                if (_normal(requirement.name), wanted) not in seen:
+                    seen.add((_normal(requirement.name), wanted))
+                    check(dist.requires or [], wanted)
+
+    check(requirements, "")
+    return list(dict.fromkeys(missing))
+
+
+def _meets(requirement: Requirement, version: str) -> bool:
+    try:
+        return requirement.specifier.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
 
 
 _LAYER_TEMPLATE = '''"""genguard bisect: one release of PACKAGE here, the rest from the running environment."""

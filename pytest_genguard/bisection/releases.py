@@ -54,8 +54,14 @@ def between(available: Sequence[str], good: str, bad: str) -> list[str]:
     low, high = parse_version(good, "--good"), parse_version(bad, "--bad")
     if Version(low.public) > Version(high.public):
         raise ReleaseError(f"--good {good} is newer than --bad {bad}: swap them")
+    # By public version: a local build (2.13.0+cpu from a find-links folder) is the release it builds, and installs as
+    # ``==2.13.0`` anyway; it must neither count twice nor fall between good and bad when it is the good one.
     inner = sorted(
-        {Version(v) for v in available if _is_version(v) and Version(low.public) < Version(v) < Version(high.public)}
+        {
+            Version(Version(v).public)
+            for v in available
+            if _is_version(v) and Version(low.public) < Version(Version(v).public) < Version(high.public)
+        }
     )
     if Version(low.public) == Version(high.public):
         return [good]

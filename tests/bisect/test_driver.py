@@ -66,6 +66,8 @@ def test_releases_between_are_ascending_and_keep_a_local_build_as_given():
     listed = ["5.23.0", "5.22.2", "5.22.1", "5.22.0", "5.21.1", "5.21.0", "not-a-version"]
     assert between(listed, "5.21.1", "5.23.0") == ["5.21.1", "5.22.0", "5.22.1", "5.22.2", "5.23.0"]
     assert between(["2.14.1", "2.14.0", "2.13.0"], "2.13.0+cpu", "2.14.1") == ["2.13.0+cpu", "2.14.0", "2.14.1"]
+    local_builds = ["2.14.1", "2.14.0+cpu", "2.14.0", "2.13.0+cpu", "2.13.0"]  # pip lists find-links' builds too
+    assert between(local_builds, "2.13.0+cpu", "2.14.1") == ["2.13.0+cpu", "2.14.0", "2.14.1"]
     with pytest.raises(ReleaseError, match="swap them"):
         between(listed, "5.23.0", "5.21.1")
     with pytest.raises(ReleaseError, match="--good: 'five' is not a version"):
@@ -115,12 +117,14 @@ def test_pips_find_links_and_indexes_reach_uv(monkeypatch):
     assert PackageSources.from_pip(("/extra",)).find_links[0] == "/extra"
 
 
-def traces(old: str, new: str):
+def traces(old: str, new: str, torch: str | None = None):
     snapshot = ROOT / "tests/bisect_cases/__snapshots__/case_repetition_penalty"
     text = (snapshot / "test_repetition_penalty_ignores_left_padding.genguard").read_text()
     expected = GenerationTrace.from_json(text)
     data = json.loads(text)
     data["environment"]["transformers"] = new
+    if torch is not None:
+        data["environment"]["torch"] = torch
     data["prompts"][0]["steps"][4]["id"] = 760  # another token at step 4: a regression
     data["prompts"][0]["steps"][4]["token"] = " friday"
     actual = GenerationTrace.from_json(json.dumps(data))
@@ -135,6 +139,18 @@ def test_a_regression_under_a_new_transformers_release_offers_the_bisect_command
     assert bisect_hint(cmp, ()) is None  # no node id (genguard diff): nothing to bisect
     same = compare(*traces("5.21.1", "5.21.1"))
     assert bisect_hint(same, (CASE,)) is None  # the same release: bisect has nothing to search
+
+
+def test_a_regression_under_new_transformers_and_torch_releases_offers_both_commands():
+    cmp = compare(*traces("5.21.1", "5.23.0", torch="2.14.1"))
+    assert bisect_hint(cmp, (CASE,)) == (
+        "which release changed it (transformers 5.21.1 -> 5.23.0, torch 2.13.0+cpu -> 2.14.1): "
+        f"genguard bisect {CASE}, or genguard bisect {CASE} --package torch"
+    )
+    torch_only = compare(*traces("5.21.1", "5.21.1", torch="2.14.1"))
+    assert bisect_hint(torch_only, (CASE,)) == (
+        f"which torch release changed it (2.13.0+cpu -> 2.14.1): genguard bisect {CASE} --package torch"
+    )
 
 
 def test_the_cli_refuses_a_node_without_snapshot_with_exit_code_2(capsys, tmp_path, monkeypatch):

@@ -61,6 +61,9 @@ def wheels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     make_wheel(folder, PACKAGE, "0.0.2", requires=("genguard-layer-dep>=2",))
     make_wheel(folder, "genguard-layer-dep", "2.0")
     make_wheel(folder, PACKAGE, "0.0.3", requires=("genguard-nowhere>=1",))
+    make_wheel(folder, PACKAGE, "0.0.4", requires=("genguard-layer-dep[more]>=2",))  # as torch needs cuda-toolkit[...]
+    make_wheel(folder, "genguard-layer-dep", "2.1", requires=("genguard-extra-only>=1; extra == 'more'",))
+    make_wheel(folder, "genguard-extra-only", "1.0")
     return folder
 
 
@@ -98,7 +101,13 @@ def test_a_probe_environment_holds_the_release_and_takes_everything_else_from_th
 def test_a_requirement_this_environment_lacks_goes_into_the_probe_environment(wheels, tmp_path):
     python, _ = environments(wheels, tmp_path).ensure("0.0.2")
     code = "import json, genguard_layer_dep as dep, iniconfig; print(json.dumps([iniconfig.RELEASE, dep.RELEASE]))"
-    assert run(python, code) == ["0.0.2", "2.0"]
+    assert run(python, code) == ["0.0.2", "2.1"]  # the newest that fits, as pip would pick
+
+
+def test_a_requirement_with_extras_brings_what_its_extras_need(wheels, tmp_path):
+    python, _ = environments(wheels, tmp_path).ensure("0.0.4")
+    code = "import json, genguard_layer_dep as d, genguard_extra_only as x; print(json.dumps([d.RELEASE, x.RELEASE]))"
+    assert run(python, code) == ["2.1", "1.0"]
 
 
 def test_a_release_whose_requirements_cannot_be_installed_is_an_install_error_and_leaves_nothing(wheels, tmp_path):
