@@ -1,5 +1,5 @@
-"""The end-to-end bisect cases install real releases (network, about 3 minutes each): they run where
-GENGUARD_BISECT_E2E=1, as in .ci/run's "genguard bisect" leg."""
+"""The end-to-end bisect cases install real releases (from the package index, under a minute each here): they run
+where GENGUARD_BISECT_E2E=1, as in .ci/run's "genguard bisect" leg."""
 
 import os
 
