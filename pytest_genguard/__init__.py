@@ -49,12 +49,16 @@ _EXPORTS: dict[str, str] = {
     "assert_cache_invariant": "hf.invariants",
     "assert_continuation_consistent": "hf.invariants",
     "assert_processor_contract": "hf.processors",
+    # genguard bisect (torch-free: probes run in their own environments)
+    "bisect": "bisection.driver",
+    "BisectResult": "bisection.driver",
     # hypothesis strategies (a module)
     "strategies": "",
 }
 
 __all__ = [
     "EXACT",
+    "BisectResult",
     "Checkpoint",
     "Comparison",
     "FineTuned",
@@ -78,6 +82,7 @@ __all__ = [
     "assert_no_repetition",
     "assert_processor_contract",
     "assert_well_formed",
+    "bisect",
     "compare",
     "finetune",
     "model_fingerprint",
@@ -111,6 +116,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from pytest_genguard import strategies as strategies
+    from pytest_genguard.bisection.driver import BisectResult, bisect
     from pytest_genguard.core.compare import compare
     from pytest_genguard.core.comparison import Comparison
     from pytest_genguard.core.history import Checkpoint, GenguardTrainingWarning, RecorderHistory

@@ -1,4 +1,5 @@
-"""The `genguard` console script: look at a trace, compare two traces, render a snapshots folder as HTML.
+"""The `genguard` console script: look at a trace, compare two traces, render a snapshots folder as HTML, bisect the
+release that changed a snapshot test (`genguard bisect`, exit codes in `pytest_genguard.bisection.report`).
 
 Exit codes: 0 when the command did its job (for `diff`: the comparison holds), 1 when `diff` finds a regression or a
 stale trace, 2 for bad input (a missing or unreadable file, a corrupt trace, wrong arguments). Never a traceback for
@@ -27,6 +28,8 @@ from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from pytest_genguard.bisection.search import ProbeResult
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -274,6 +277,30 @@ def _tolerance(text: str) -> float:
     return value
 
 
+def bisect_command(
+    nodeid: str, package: str, good: str | None, bad: str | None, pre: bool, find_links: Sequence[str]
+) -> int:
+    """`genguard bisect`: progress per probe, then the finding; exit codes in `bisection.report.EXIT_CODES`."""
+    # Imported here: bisect needs filelock, platformdirs and packaging, which `genguard show` (the core alone) does not.
+    from pytest_genguard.bisection.driver import BisectError, bisect
+    from pytest_genguard.bisection.environments import InstallError
+    from pytest_genguard.bisection.releases import ReleaseError
+    from pytest_genguard.bisection.report import EXIT_CODES, print_finding, progress_line
+
+    def progress(probe: ProbeResult) -> None:
+        sys.stdout.write(progress_line(package, probe) + "\n")
+        sys.stdout.flush()
+
+    sys.stdout.write(f"genguard bisect {nodeid}: {package} releases, the test replayed in one environment each\n")
+    sys.stdout.flush()
+    try:
+        result = bisect(nodeid, package=package, good=good, bad=bad, pre=pre, find_links=find_links, on_probe=progress)
+    except (BisectError, ReleaseError, InstallError) as exc:
+        raise CliError(str(exc)) from None
+    print_finding(result, sys.stdout)
+    return EXIT_CODES[result.outcome]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="genguard", description="Look at and compare pytest-genguard trace files (snapshots, references)."
@@ -291,6 +318,22 @@ def build_parser() -> argparse.ArgumentParser:
     p_diff.add_argument("--tie-tol", type=_tolerance, default=None, help="near-tie gap (default: by dtype)")
     p_diff.add_argument(
         "--ignore-fingerprints", action="store_true", help="compare traces of two different models on purpose"
+    )
+    p_bisect = sub.add_parser(
+        "bisect",
+        help="name the release that changed a snapshot test's verdict (exit 0 found, 1 no change, 3 inconclusive)",
+    )
+    p_bisect.add_argument("nodeid", metavar="NODEID", help="the test, as pytest names it: tests/test_x.py::test_y")
+    p_bisect.add_argument("--package", choices=("transformers", "torch"), default="transformers")
+    p_bisect.add_argument("--good", metavar="VERSION", help="default: the version recorded in the test's snapshot")
+    p_bisect.add_argument("--bad", metavar="VERSION", help="default: the version installed here")
+    p_bisect.add_argument("--pre", action="store_true", help="probe pre-releases too")
+    p_bisect.add_argument(
+        "--find-links",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="local wheel folder for the probe environments (added to pip's find-links, which are always used)",
     )
     p_report = sub.add_parser("report", help="render every trace under a folder into one HTML file")
     p_report.add_argument("folder", type=Path, metavar="DIR")
@@ -321,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tie_tol=args.tie_tol,
                 check_fingerprints=not args.ignore_fingerprints,
             )
+        if args.command == "bisect":
+            return bisect_command(args.nodeid, args.package, args.good, args.bad, args.pre, args.find_links)
         return report(args.folder, args.output)
     except CliError as exc:
         sys.stderr.write(f"genguard {args.command}: {exc}\n")

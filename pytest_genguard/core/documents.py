@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_genguard.core.bisect_hint import with_bisect_hint
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
 from pytest_genguard.core.environments import same_environment
@@ -135,7 +136,8 @@ def compare_documents(
     actual = parse_document(received, "received data")
     if isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace):
         cmp = compare(expected, actual, **overrides.args())
-        return Outcome(cmp.verdict, render(cmp, fix=rerecord.command(cmp.verdict)), cmp)
+        detail = with_bisect_hint(render(cmp, fix=rerecord.command(cmp.verdict)), cmp, rerecord.targets)
+        return Outcome(cmp.verdict, detail, cmp)
     if isinstance(expected, RecorderHistory) and isinstance(actual, RecorderHistory):
         training = overrides if history_overrides is None else history_overrides
         return _compare_histories(expected, actual, training, rerecord)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pytest_genguard.core import events
+from pytest_genguard.core.bisect_hint import with_bisect_hint
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
 from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
@@ -185,7 +186,7 @@ class Verified:
         self.comparison = cmp
         fix = self.rerecord.command(cmp.verdict)
         detail = cmp.render(fix) if isinstance(cmp, VerifyComparison) else render(cmp, fix=fix)
-        return Outcome(cmp.verdict, detail, cmp)
+        return Outcome(cmp.verdict, with_bisect_hint(detail, cmp, self.rerecord.targets), cmp)
 
     def written(self) -> tuple[Any, str]:
         trace = self.recording.record(self.record, self.model, self.tokenizer)

@@ -1,0 +1,76 @@
+"""The releases `genguard bisect` chooses from: listed by the package index through pip (`pip index versions`), which
+already leaves out yanked releases, pre-releases unless asked for, and reads the user's pip configuration (index,
+extra indexes, find-links)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+
+from packaging.version import InvalidVersion, Version
+
+__all__ = ["ReleaseError", "between", "index_versions", "parse_version"]
+
+
+class ReleaseError(Exception):
+    """The releases could not be listed, or a version given is not one (the message says which and what to do)."""
+
+
+def parse_version(text: str, what: str) -> Version:
+    """`text` as a version (``2.13.0+cpu`` too), or a `ReleaseError` naming `what` it is."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise ReleaseError(f"{what}: {text!r} is not a version (for example 5.3.0)") from None
+
+
+def index_versions(package: str, *, pre: bool = False, python: str = sys.executable, timeout: float = 120) -> list[str]:
+    """Every release of `package` the index offers (`pip index versions --json`), newest first as pip lists them."""
+    command = [python, "-m", "pip", "index", "versions", "--json", "--disable-pip-version-check", package]
+    if pre:
+        command.append("--pre")
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ReleaseError(f"listing the releases of {package} ({' '.join(command[1:])}) failed: {exc}") from None
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ReleaseError(
+            f"listing the releases of {package} with pip failed (exit {done.returncode}): {tail}; check the package "
+            "name and that the package index (pip's index-url) can be reached, or pass both --good and --bad"
+        )
+    try:
+        versions = json.loads(done.stdout)["versions"]
+    except (ValueError, KeyError, TypeError):
+        raise ReleaseError(f"pip index versions {package}: unexpected output {done.stdout[:200]!r}") from None
+    return [str(v) for v in versions]
+
+
+def between(available: Sequence[str], good: str, bad: str) -> list[str]:
+    """The releases from `good` to `bad` (both included, ascending; either may be absent from `available`, e.g. a local
+    ``+cpu`` build: it is compared by its public version and kept as given). Raises ReleaseError when good > bad."""
+    low, high = parse_version(good, "--good"), parse_version(bad, "--bad")
+    if Version(low.public) > Version(high.public):
+        raise ReleaseError(f"--good {good} is newer than --bad {bad}: swap them")
+    # By public version: a local build (2.13.0+cpu from a find-links folder) is the release it builds, and installs as
+    # ``==2.13.0`` anyway; it must neither count twice nor fall between good and bad when it is the good one.
+    inner = sorted(
+        {
+            Version(Version(v).public)
+            for v in available
+            if _is_version(v) and Version(low.public) < Version(Version(v).public) < Version(high.public)
+        }
+    )
+    if Version(low.public) == Version(high.public):
+        return [good]
+    return [good, *(str(v) for v in inner), bad]
+
+
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
