@@ -27,11 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
-from pytest_genguard.core.history import (
-    Checkpoint,
-    GenguardTrainingWarning,
-    RecorderHistory,
-)
+from pytest_genguard.core.errors import GenguardTrainingWarning
+from pytest_genguard.core.history import Checkpoint, RecorderHistory
 from pytest_genguard.core.repetition import find_repetition
 from pytest_genguard.hf.record import generate_from_ids, record
 from pytest_genguard.hf.run_state import (

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
+from pytest_genguard.core.errors import VerifyFallbackWarning
 from pytest_genguard.core.events import CheckEvent, emit
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.tolerances import ToleranceArgs
@@ -46,15 +47,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Preference",
     "VerifyComparison",
-    "VerifyFallbackWarning",
     "comparison_event",
     "fingerprint_changes",
     "verify",
 ]
-
-
-class VerifyFallbackWarning(UserWarning):
-    """verify() re-generated the trace (beam search) instead of teacher forcing it."""
 
 
 def verify(

@@ -29,11 +29,12 @@ from pytest_genguard.core import events
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
 from pytest_genguard.core.environments import environment_class, environment_differences, same_environment
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.events import CheckEvent
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.tolerances import EXACT, Overrides, Tolerances, default_tolerances
-from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Status, Verdict
 from pytest_genguard.plugin.settings import settings
 from pytest_genguard.plugin.tally import EVENTS_KEY, USER_PROPERTY

@@ -14,9 +14,10 @@ from pytest_genguard.core import events
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
 from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.review import accepted_changes
 from pytest_genguard.core.tolerances import Overrides
-from pytest_genguard.core.trace import GenerationTrace, PromptTrace, TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace, PromptTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf.decoding_settings import other_settings, requested_other_settings
 from pytest_genguard.hf.record import SETTING_KEYS

@@ -9,7 +9,8 @@ import pytest
 
 from pytest_genguard import cli
 from pytest_genguard.core.documents import parse_document
-from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step, TraceFormatError
+from pytest_genguard.core.errors import TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
 
 
 def _trace(token: int) -> str:

@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 import transformers
 
-from pytest_genguard import assert_well_formed, verify
+from pytest_genguard import VerifyFallbackWarning, assert_well_formed, verify
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.teacher import teacher_force
 from pytest_genguard.hf.tiny import ARCHS, probe_prompts, tiny_model, tiny_tokenizer
-from pytest_genguard.hf.verify import VerifyFallbackWarning
 
 
 @pytest.fixture(scope="module", params=ARCHS)

@@ -13,8 +13,8 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pytest_genguard.core.compare import compare
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.history import Checkpoint, RecorderHistory, history_from_json, history_to_json
-from pytest_genguard.core.trace import TraceFormatError
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.recipe import Collator, Recipe, examples_for

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 import pytest_genguard
+from pytest_genguard import VerifyFallbackWarning
 from pytest_genguard.core.events import to_json
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.teacher import teacher_force
-from pytest_genguard.hf.verify import VerifyFallbackWarning, verify
+from pytest_genguard.hf.verify import verify
 from pytest_genguard.plugin.tally import EVENTS_KEY
 
 PROMPTS = ["the quick brown", "a"]  # different lengths: the batch is left padded (right padded for t5)
