@@ -7,10 +7,10 @@ the score decoding actually used for the chosen token. Both need `return_dict_in
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core import validation
 from pytest_genguard.core.events import FragileStep, RecordEvent, emit
 from pytest_genguard.core.tolerances import tolerances_in_force
 from pytest_genguard.core.trace import GenerationTrace
@@ -113,14 +113,13 @@ def _checked_arguments(
     model: PreTrainedModel, prompts: Any, max_new_tokens: Any, top_k: Any, seed: Any
 ) -> tuple[list[str], int, int, int | None]:
     """record()'s own arguments, checked before anything reaches transformers (see `pytest_genguard.hf.inputs`)."""
-    prompt_list = checks.prompt_list(prompts)
-    max_new = checks.integer(max_new_tokens, "max_new_tokens", minimum=1)
-    k = checks.integer(top_k, "top_k", minimum=1)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-        raise ValueError(f"record(): seed must be an integer or None, got {seed!r}.")
+    prompt_list = validation.prompt_list(prompts, where="record()")
+    max_new = validation.integer(max_new_tokens, "max_new_tokens", minimum=1, where="record()")
+    k = validation.integer(top_k, "top_k", minimum=1, where="record()")
+    checked_seed = validation.optional_integer(seed, "seed", where="record()")
     checks.check_model(model)
     checks.check_top_k(k, model)
-    return prompt_list, max_new, k, None if seed is None else int(seed)
+    return prompt_list, max_new, k, checked_seed
 
 
 def _encode(

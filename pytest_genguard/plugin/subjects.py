@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pytest_genguard.core import events
+from pytest_genguard.core import events, validation
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
 from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
@@ -119,7 +119,7 @@ class Recording:
     def requested(self, stored: GenerationTrace, setting_keys: tuple[str, ...], model: Any) -> GenerationTrace:
         """The stored trace with the prompts and settings this call asks for, to detect changed test arguments
         (`model`'s generation config is what record() starts from)."""
-        prompt_list = [self.prompts] if isinstance(self.prompts, str) else list(self.prompts or [])
+        prompt_list = validation.prompt_list(self.prompts, where="genguard_snapshot.verify()")
         by_text = {p.prompt: p for p in stored.prompts}
         new_prompts = tuple(by_text.get(text, PromptTrace(text, (), (), "length")) for text in prompt_list)
         stored_others = other_settings(stored.settings)
