@@ -177,11 +177,8 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
             )
         rows = [list(tokenizer(p)["input_ids"]) for p in self.prompts] + examples
         labels = [*self.prompts, *(tokenizer.decode(r) for r in examples)]
-        kwargs = dict(self.generate_kwargs)
-        if "stop_strings" in kwargs:
-            kwargs.setdefault("tokenizer", tokenizer)  # generate() needs it to match stop strings
         trace, _, _ = generate_from_ids(
-            model, tokenizer, labels, rows, max_new_tokens=self.max_new_tokens, top_k=self.top_k, **kwargs
+            model, tokenizer, labels, rows, max_new_tokens=self.max_new_tokens, top_k=self.top_k, **self.generate_kwargs
         )
         return trace
 
