@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from pytest_genguard.core import events, validation
 from pytest_genguard.core.compare import compare
-from pytest_genguard.core.comparison import Comparison, render
+from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
 from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.review import accepted_changes
@@ -21,7 +21,7 @@ from pytest_genguard.core.trace import GenerationTrace, PromptTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf.decoding_settings import other_settings, requested_other_settings
 from pytest_genguard.hf.record import SETTING_KEYS
-from pytest_genguard.hf.verify import VerifyComparison, verify
+from pytest_genguard.hf.verify import verify
 from pytest_genguard.plugin.snapshot import GenguardSnapshotExtension
 
 __all__ = ["Recording", "Refused", "Subject", "Value", "Verified"]
@@ -185,7 +185,7 @@ class Verified:
             raise Refused(refused, expected)
         self.comparison = cmp
         fix = self.rerecord.command(cmp.verdict)
-        detail = cmp.render(fix) if isinstance(cmp, VerifyComparison) else render(cmp, fix=fix)
+        detail = cmp.render(fix)
         return Outcome(cmp.verdict, detail, cmp)
 
     def written(self) -> tuple[Any, str]:
