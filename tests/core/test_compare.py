@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import trace_builder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,7 @@ from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.jsontext import float32
 from pytest_genguard.core.tolerances import BFLOAT16, EXACT, FLOAT16, FLOAT32, LSE_ULPS, Tolerances, tolerances_for
-from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, Step, TokenizerFingerprint
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.strategies import environments, token_texts, traces
 
@@ -30,31 +31,18 @@ SETTINGS = {"do_sample": False, "max_new_tokens": 24, "top_k": 3}
 
 def step(top: list[tuple[int, float]], chosen: int | None = None, *, text: str | None = None) -> Step:
     """A step whose raw top-k is `top` (best first); the chosen token defaults to the top-1."""
-    lps = dict(top)
-    token_id = top[0][0] if chosen is None else chosen
-    lp = lps.get(token_id, -20.0)
-    return Step(
-        token_id,
-        TEXT.get(token_id, "?") if text is None else text,
-        lp,
-        lp,
-        tuple(i for i, _ in top),
-        tuple(lps.values()),
-    )
+    return trace_builder.step(top, chosen, text=TEXT if text is None else text)
 
 
 def trace(
     *paths: list[Step], finish: str = "eos", prompts: list[str] | None = None, **fields: object
 ) -> GenerationTrace:
-    names = prompts or [f"prompt {i}" for i in range(len(paths))]
-    base = GenerationTrace(
-        prompts=tuple(PromptTrace(n, (1, 2), tuple(p), finish) for n, p in zip(names, paths, strict=True)),
-        settings=dict(SETTINGS),
-        model=MODEL,
-        tokenizer=TOKENIZER,
-        environment={"device": "cpu", "torch": "2.13.0"},
+    return trace_builder.trace(
+        *paths,
+        prompts=prompts,
+        finish=finish,
+        **{"settings": SETTINGS, "model": MODEL, "tokenizer": TOKENIZER, **fields},
     )
-    return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
 
 
 BASE = [

@@ -6,12 +6,13 @@ import dataclasses
 import re
 
 import pytest
+import trace_builder
 from hypothesis import given, settings
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render, summary_line
 from pytest_genguard.core.text import display_width, quote
-from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, Step, TokenizerFingerprint
 from pytest_genguard.core.verdict import SNAPSHOT_UPDATE, UPDATE_STALE, Verdict
 from pytest_genguard.strategies import traces
 
@@ -21,22 +22,13 @@ TOKENIZER = TokenizerFingerprint("tiny", 512, "abcdef012345" + "0" * 52)
 
 
 def step(top: list[tuple[int, float]], chosen: int | None = None, *, text: str | None = None) -> Step:
-    lps = dict(top)
-    token_id = top[0][0] if chosen is None else chosen
-    lp = lps.get(token_id, -20.0)
-    token = TEXT.get(token_id, "?") if text is None else text
-    return Step(token_id, token, lp, lp, tuple(lps), tuple(lps.values()))
+    return trace_builder.step(top, chosen, text=TEXT if text is None else text)
 
 
 def trace(path: list[Step], *, finish: str = "eos", **fields: object) -> GenerationTrace:
-    base = GenerationTrace(
-        prompts=(PromptTrace("the quick", (1, 2), tuple(path), finish),),
-        settings={"do_sample": False, "max_new_tokens": 24, "top_k": 3},
-        model=MODEL,
-        tokenizer=TOKENIZER,
-        environment={"device": "cpu", "torch": "2.13.0"},
-    )
-    return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+    settings = {"do_sample": False, "max_new_tokens": 24, "top_k": 3}
+    given = {"settings": settings, "model": MODEL, "tokenizer": TOKENIZER, **fields}
+    return trace_builder.trace(path, prompts=["the quick"], finish=finish, **given)
 
 
 PATH = [
