@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import subprocess
 import sys
@@ -29,20 +30,11 @@ TOKENIZER = TokenizerFingerprint("tiny", 512, "abcdef012345" + "2" * 52)
 SETTINGS = {"do_sample": False, "max_new_tokens": 24, "top_k": 3}
 
 
-def step(top: list[tuple[int, float]], chosen: int | None = None, *, text: str | None = None) -> Step:
-    """A step whose raw top-k is `top` (best first); the chosen token defaults to the top-1."""
-    return trace_builder.step(top, chosen, text=TEXT if text is None else text)
+step = functools.partial(trace_builder.step, text=TEXT)
+"""A step whose raw top-k is `top` (best first); the chosen token defaults to the top-1."""
 
 
-def trace(
-    *paths: list[Step], finish: str = "eos", prompts: list[str] | None = None, **fields: object
-) -> GenerationTrace:
-    return trace_builder.trace(
-        *paths,
-        prompts=prompts,
-        finish=finish,
-        **{"settings": SETTINGS, "model": MODEL, "tokenizer": TOKENIZER, **fields},
-    )
+trace = functools.partial(trace_builder.trace, settings=SETTINGS, model=MODEL, tokenizer=TOKENIZER)
 
 
 BASE = [

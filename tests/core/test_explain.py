@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import pytest
@@ -21,14 +22,13 @@ MODEL = ModelFingerprint("gpt2", "c0ffee" * 10, "1a2b3c4d5e6f" + "0" * 52, 12748
 TOKENIZER = TokenizerFingerprint("tiny", 512, "abcdef012345" + "0" * 52)
 
 
-def step(top: list[tuple[int, float]], chosen: int | None = None, *, text: str | None = None) -> Step:
-    return trace_builder.step(top, chosen, text=TEXT if text is None else text)
+step = functools.partial(trace_builder.step, text=TEXT)
 
 
-def trace(path: list[Step], *, finish: str = "eos", **fields: object) -> GenerationTrace:
-    settings = {"do_sample": False, "max_new_tokens": 24, "top_k": 3}
-    given = {"settings": settings, "model": MODEL, "tokenizer": TOKENIZER, **fields}
-    return trace_builder.trace(path, prompts=["the quick"], finish=finish, **given)
+SETTINGS = {"do_sample": False, "max_new_tokens": 24, "top_k": 3}
+trace = functools.partial(
+    trace_builder.trace, prompts=["the quick"], settings=SETTINGS, model=MODEL, tokenizer=TOKENIZER
+)
 
 
 PATH = [
