@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Result, alternate, ms
+from benchmarks.harness import Result, alternate, ms, ratio_row
 
 PROMPTS = ["the quick", "once upon a time"]
 ENGINES = ("ctranslate2", "onnxruntime")
@@ -111,25 +111,19 @@ def _engine_rows(
             met=same == total and worst < 1.0,
             notes=["share of the allowance: the smallest factor of all its terms under which compare() still passes"],
         ),
-        Result(
-            key="engines",
-            figure=f"{name}: scoring 2 paths of 24 tokens vs transformers generate() of them, tiny llama",
-            target="report",
-            spread=scoring.ratios,
-            unit="×",
-            headline=f"{1 / scoring.ratios.median:.1f}× faster",
-            met=None,
-            notes=[f"{name} {ms(scoring.a.median)} vs record() {ms(scoring.b.median)} (medians of {pairs} pairs)"],
+        ratio_row(
+            "engines",
+            f"{name}: scoring 2 paths of 24 tokens vs transformers generate() of them, tiny llama",
+            scoring,
+            f"{1 / scoring.ratios.median:.1f}× faster",
+            [f"{name} {ms(scoring.a.median)} vs record() {ms(scoring.b.median)} (medians of {pairs} pairs)"],
         ),
-        Result(
-            key="engines",
-            figure=f"{name}: Engine.record() (load, score, trace) vs record(), tiny llama",
-            target="report",
-            spread=checking.ratios,
-            unit="×",
-            headline=f"{checking.ratios.median:.2f}×",
-            met=None,
-            notes=[
+        ratio_row(
+            "engines",
+            f"{name}: Engine.record() (load, score, trace) vs record(), tiny llama",
+            checking,
+            f"{checking.ratios.median:.2f}×",
+            [
                 f"Engine.record {ms(checking.a.median)} vs record() {ms(checking.b.median)}: most of it loads the "
                 "saved model (its fingerprint) and the engine session, once per call"
             ],

@@ -126,6 +126,20 @@ def alternate(a: Callable[[], Any], b: Callable[[], Any], n: int, warmup: int = 
     return Paired(Spread(tuple(ta)), Spread(tuple(tb)))
 
 
+def ratio_row(key: str, figure: str, paired: Paired, headline: str, notes: list[str]) -> Result:
+    """A reported (no target) row of an A/B timing: the per-pair ratios a/b as its spread, in ×."""
+    return Result(
+        key=key,
+        figure=figure,
+        target="report",
+        spread=paired.ratios,
+        unit="×",
+        headline=headline,
+        met=None,
+        notes=notes,
+    )
+
+
 def child_env() -> dict[str, str]:
     """The environment for benchmark subprocesses: no inherited pytest/genguard settings, and bytecode caching on
     (PYTHONDONTWRITEBYTECODE would make every child recompile pytest-genguard from source, which no installed copy

@@ -19,12 +19,13 @@ from typing import IO, TYPE_CHECKING
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.documents import compare_documents, parse_document
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.history import RecorderHistory
 from pytest_genguard.core.html import TraceFile, render_trace_files
 from pytest_genguard.core.text import clean, display_token, quote
 from pytest_genguard.core.tolerances import Overrides, dtype_default
-from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace
 
 if TYPE_CHECKING:
     from rich.console import Console

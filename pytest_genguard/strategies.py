@@ -14,8 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, settings, strategies as st
 
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import (

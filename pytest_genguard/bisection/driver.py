@@ -19,16 +19,13 @@ from pytest_genguard.bisection.probing import Prober
 from pytest_genguard.bisection.releases import ReleaseError, between, index_versions
 from pytest_genguard.bisection.search import Outcome, ProbeResult, SearchResult, search
 from pytest_genguard.core.documents import parse_document
-from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
+from pytest_genguard.core.errors import BisectError, TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace
 
 __all__ = ["BisectError", "BisectResult", "bisect", "recorded_version", "snapshot_files"]
 
 PACKAGES = ("transformers", "torch")
 SNAPSHOT_SUFFIX = ".genguard"
-
-
-class BisectError(Exception):
-    """Bad input to bisect (an unknown node id, no snapshot, no version to start from): the message says what to do."""
 
 
 @dataclass(frozen=True)

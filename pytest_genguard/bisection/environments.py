@@ -39,6 +39,7 @@ from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from pytest_genguard.core.errors import InstallError
 from pytest_genguard.core.files import atomic_write_text
 
 __all__ = [
@@ -57,10 +58,6 @@ CACHE_ENV_VAR = "GENGUARD_CACHE_DIR"
 READY = "genguard-bisect-env.json"
 LAYER = "_genguard_bisect_base"  # the module (and .pth file) that appends the running environment's site-packages
 _INSTALL_TIMEOUT_S = 900
-
-
-class InstallError(Exception):
-    """A release could not be installed (the message holds uv's last lines); the search skips it."""
 
 
 def cache_root() -> Path:

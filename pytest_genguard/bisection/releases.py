@@ -11,11 +11,9 @@ from collections.abc import Sequence
 
 from packaging.version import InvalidVersion, Version
 
+from pytest_genguard.core.errors import ReleaseError
+
 __all__ = ["ReleaseError", "between", "index_versions", "parse_version"]
-
-
-class ReleaseError(Exception):
-    """The releases could not be listed, or a version given is not one (the message says which and what to do)."""
 
 
 def parse_version(text: str, what: str) -> Version:

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from pytest_genguard.core.comparison import Comparison
-from pytest_genguard.core.environments import logprobs_epsilon
-from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.environments import environment_diff, logprobs_epsilon
+from pytest_genguard.core.jsontext import JSONScalar, changed_keys, same_scalar
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.tolerances import (
     ToleranceArgs,
@@ -46,14 +46,6 @@ from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, Prompt
 from pytest_genguard.core.verdict import Divergence, DivergenceKind, ErrorStats, Verdict, worst
 
 __all__ = ["compare", "step_scale"]
-
-
-def _same_scalar(a: JSONScalar, b: JSONScalar) -> bool:
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float) and isinstance(b, float):
-        return same(a, b)
-    return a == b
 
 
 class _Stats:
@@ -280,9 +272,7 @@ def _value(value: JSONScalar) -> str:
 
 def _mapping_changes(expected: Mapping[str, JSONScalar], actual: Mapping[str, JSONScalar]) -> list[tuple[str, str]]:
     changes = []
-    for key in sorted(set(expected) | set(actual)):
-        if key in expected and key in actual and _same_scalar(expected[key], actual[key]):
-            continue
+    for key in changed_keys(expected, actual):
         old = _value(expected[key]) if key in expected else "(unset)"
         new = _value(actual[key]) if key in actual else "(unset)"
         changes.append((key, f"{old} -> {new}"))
@@ -300,7 +290,7 @@ def _config_changes(expected: ModelFingerprint, actual: ModelFingerprint) -> lis
     changed = [
         f"config {k} {_value(expected.config[k])} -> {_value(actual.config[k])}"
         for k in keys
-        if not _same_scalar(expected.config[k], actual.config[k])
+        if not same_scalar(expected.config[k], actual.config[k])
     ]
     return changed[:3] + ([f"{len(changed) - 3} more config keys"] if len(changed) > 3 else [])
 
@@ -343,18 +333,6 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
     if prompt_changes:
         reasons.append("prompts changed: " + ", ".join(prompt_changes))
     return tuple(reasons)
-
-
-def _environment_diff(
-    expected: GenerationTrace, actual: GenerationTrace
-) -> tuple[tuple[str, JSONScalar, JSONScalar], ...]:
-    e, a = expected.environment, actual.environment
-    out = []
-    for key in sorted(set(e) | set(a)):
-        if key in e and key in a and _same_scalar(e[key], a[key]):
-            continue
-        out.append((key, e.get(key), a.get(key)))
-    return tuple(out)
 
 
 def compare(
@@ -400,7 +378,7 @@ def compare(
         tolerances=tol,
         divergences=tuple(divergences),
         stale_reasons=stale,
-        environment_diff=_environment_diff(expected, actual),
+        environment_diff=environment_diff(expected.environment, actual.environment),
         stats=stats.freeze(),
         expected=expected,
         actual=actual,

@@ -60,8 +60,17 @@ class Comparison:
     def regressions(self) -> tuple[Divergence, ...]:
         return tuple(d for d in self.divergences if not d.tolerated)
 
+    def differences(self) -> tuple[tuple[str, JSONScalar, JSONScalar], ...]:
+        """The rows the explanation lists under "environment differs": `environment_diff` here; a subclass that
+        knows more (verify()'s changed fingerprints) adds its own rows."""
+        return self.environment_diff
+
+    def render(self, fix: str | None = None) -> str:
+        """The full explanation (see the module function `render`); subclasses add their own lines."""
+        return render(self, fix=fix)
+
     def __str__(self) -> str:
-        return render(self)
+        return self.render()
 
 
 _MAX_TOPK_SHOWN = 5
@@ -281,10 +290,11 @@ def statistics(cmp: Comparison) -> list[str]:
 
 
 def _environment(cmp: Comparison) -> list[str]:
-    if not cmp.environment_diff:
+    rows = cmp.differences()
+    if not rows:
         return []
     lines = ["environment differs (expected -> actual):"]
-    for name, old, new in cmp.environment_diff:
+    for name, old, new in rows:
         lines.append(f"  {name}: {_scalar(old)} -> {_scalar(new)}")
     return lines
 

@@ -15,10 +15,11 @@ from pytest_genguard.core.bisect_hint import with_bisect_hint
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
 from pytest_genguard.core.environments import same_environment
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.history import Checkpoint, RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.core.text import number
 from pytest_genguard.core.tolerances import EXACT, TRAINING, TRAINING_LOSS, Overrides, Tolerances
-from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict, worst
 
 __all__ = [

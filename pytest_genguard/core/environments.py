@@ -8,14 +8,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.jsontext import JSONScalar, changed_keys
 
 __all__ = [
     "LOGPROBS_FIELD",
     "NOT_NUMERIC_FIELDS",
+    "EnvironmentDiff",
     "environment_class",
+    "environment_diff",
     "environment_differences",
     "logprobs_epsilon",
+    "numeric_diff",
     "same_environment",
 ]
 
@@ -45,10 +48,25 @@ def environment_class(fields: Mapping[str, JSONScalar] | Any) -> str:
 NOT_NUMERIC_FIELDS = frozenset({"python", "device"})
 
 
+EnvironmentDiff = tuple[tuple[str, JSONScalar, JSONScalar], ...]
+"""``(field, expected value, actual value)`` per differing field, sorted by field; None for a field one side lacks."""
+
+
+def environment_diff(expected: Mapping[str, JSONScalar], actual: Mapping[str, JSONScalar]) -> EnvironmentDiff:
+    """Every environment field whose value differs (`jsontext.changed_keys`: a field set on one side only differs,
+    values of another type differ, NaN equals NaN): the one rule, which `compare()` reports as
+    `Comparison.environment_diff` and `numeric_diff` narrows to what can change a kernel's result."""
+    return tuple((k, expected.get(k), actual.get(k)) for k in changed_keys(expected, actual))
+
+
+def numeric_diff(diff: EnvironmentDiff) -> EnvironmentDiff:
+    """The rows of `diff` whose field can change what a kernel computes (all but `NOT_NUMERIC_FIELDS`)."""
+    return tuple(row for row in diff if row[0] not in NOT_NUMERIC_FIELDS)
+
+
 def environment_differences(expected: Mapping[str, JSONScalar], actual: Mapping[str, JSONScalar]) -> tuple[str, ...]:
-    """The numerically relevant fields whose values differ (a field set on one side only differs)."""
-    keys = (set(expected) | set(actual)) - NOT_NUMERIC_FIELDS
-    return tuple(sorted(k for k in keys if k not in expected or k not in actual or not _same(expected[k], actual[k])))
+    """The names of the numerically relevant fields whose values differ (`numeric_diff` of `environment_diff`)."""
+    return tuple(k for k, _, _ in numeric_diff(environment_diff(expected, actual)))
 
 
 def same_environment(expected: Mapping[str, JSONScalar], actual: Mapping[str, JSONScalar]) -> bool:
@@ -64,7 +82,3 @@ def same_environment(expected: Mapping[str, JSONScalar], actual: Mapping[str, JS
     if environment_class(expected) != environment_class(actual):
         return False
     return not environment_differences(expected, actual)
-
-
-def _same(a: JSONScalar, b: JSONScalar) -> bool:
-    return type(a) is type(b) and a == b

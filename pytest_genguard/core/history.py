@@ -1,9 +1,9 @@
-"""The recorder's history as data: `Checkpoint`, `RecorderHistory` and their JSON form; `GenguardTrainingWarning`.
+"""The recorder's history as data: `Checkpoint`, `RecorderHistory` and their JSON form.
 
 Standard library only, like trace.py: reading a history (`genguard show`/`diff` of a history file, the snapshot
 extension, the fine-tuning cache) must not import torch or transformers, which the recorder itself (a
-`TrainerCallback`) needs. The warning lives here too, so `-W error::pytest_genguard.GenguardTrainingWarning` and
-`filterwarnings` entries resolve it without importing transformers.
+`TrainerCallback`) needs.
+The recorder's warning, `GenguardTrainingWarning`, is in `core/errors.py` with the others.
 """
 
 from __future__ import annotations
@@ -13,22 +13,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.jsontext import SPECIAL_FLOATS, exact_number
-from pytest_genguard.core.trace import GenerationTrace, TraceFormatError, dumps, loads
+from pytest_genguard.core.trace import GenerationTrace, dumps, loads
 
 __all__ = [
     "EVENTS",
     "HISTORY_FORMAT",
     "Checkpoint",
-    "GenguardTrainingWarning",
     "RecorderHistory",
     "history_from_json",
     "history_to_json",
 ]
-
-
-class GenguardTrainingWarning(UserWarning):
-    """A `GenerationRecorder(on_degenerate="warn"|"stop")` found the model looping during training or evaluation."""
 
 
 HISTORY_FORMAT = 1

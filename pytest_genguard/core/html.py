@@ -265,10 +265,10 @@ class Page:
         if comparison.stale_reasons:
             parts.append("<h3>why stale</h3><ul>" + "".join(f"<li>{escape(r)}</li>" for r in comparison.stale_reasons))
             parts.append("</ul>")
-        if comparison.environment_diff:
+        if comparison.differences():
             rows = "".join(
                 f"<tr><td>{escape(k)}</td><td>{escape(_scalar(a))}</td><td>{escape(_scalar(b))}</td></tr>"
-                for k, a, b in comparison.environment_diff
+                for k, a, b in comparison.differences()
             )
             parts.append(
                 "<h3>environment fields that differ</h3><table><tr><th>field</th><th>expected</th><th>actual</th>"

@@ -14,12 +14,14 @@ from collections.abc import Mapping, Sequence
 __all__ = [
     "SPECIAL_FLOATS",
     "JSONScalar",
+    "changed_keys",
     "exact_number",
     "float32",
     "floats_text",
     "format_float",
     "ints_text",
     "mapping_text",
+    "same_scalar",
     "scalar_text",
     "string_text",
 ]
@@ -107,3 +109,19 @@ def exact_number(value: float | None) -> str:
     if math.isinf(value):
         return '"inf"' if value > 0 else '"-inf"'
     return repr(float(value))
+
+
+def same_scalar(a: JSONScalar, b: JSONScalar) -> bool:
+    """Whether two stored values are the same: of one type (1 is not 1.0 nor True) and equal, NaN equal to NaN."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def changed_keys(expected: Mapping[str, JSONScalar], actual: Mapping[str, JSONScalar]) -> list[str]:
+    """The keys whose values differ (`same_scalar`), sorted; a key set on one side only differs. The one rule for
+    which fields of two stored mappings (environments, settings) changed."""
+    keys = set(expected) | set(actual)
+    return sorted(k for k in keys if k not in expected or k not in actual or not same_scalar(expected[k], actual[k]))

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.jsontext import (
     SPECIAL_FLOATS,
     JSONScalar,
@@ -40,10 +41,6 @@ SCHEMA_VERSION = 1
 
 FinishReason = Literal["eos", "length", "stop"]
 FINISH_REASONS: tuple[str, ...] = ("eos", "length", "stop")
-
-
-class TraceFormatError(ValueError):
-    """A trace document that cannot be read: corrupt, hand-broken, or of another schema version."""
 
 
 @dataclass(frozen=True)

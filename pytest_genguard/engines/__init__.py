@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_genguard.engines.base import Backend, Engine, EngineUnavailable, backend_for
+from pytest_genguard.core.errors import EngineUnavailable
+from pytest_genguard.engines.base import Backend, Engine, backend_for
 
 __all__ = ["ENGINES", "Backend", "Engine", "EngineUnavailable", "engine"]
 

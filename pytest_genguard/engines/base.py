@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core.errors import EngineUnavailable
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf.cache import cache_key, default_cache_dir, fetch
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Backend", "Engine", "EngineUnavailable", "Logits", "backend_for", "install_command"]
+__all__ = ["Backend", "Engine", "Logits", "backend_for", "install_command"]
 
 Logits = Callable[[Sequence[Sequence[int]]], Sequence["numpy.ndarray[Any, Any]"]]
 """A loaded engine: token id sequences in, each sequence's raw logits ``[len, vocab]`` (float32) out."""
@@ -36,10 +37,6 @@ CONVERSION_FORMAT = 1
 
 _MODULES = {"ctranslate2": "pytest_genguard.engines.ct2", "onnxruntime": "pytest_genguard.engines.ort"}
 _PACKAGES = {"ctranslate2": ("ctranslate2",), "onnxruntime": ("onnxruntime", "onnx")}
-
-
-class EngineUnavailable(ImportError):
-    """The engine's extra is not installed; the message is the command that installs it."""
 
 
 def install_command(name: str) -> str:

@@ -39,7 +39,6 @@ __all__ = [
     "path_lengths",
     "prepare",
     "processor_names",
-    "prompt_texts",
     "prompt_trace",
     "seeded",
     "token_texts",
@@ -364,11 +363,3 @@ def decoding(
     sample too)."""
     prepared = prepare(model, tokenizer, 1, dict(generate_kwargs))
     return str(prepared.settings["mode"]), bool(prepared.config.do_sample)
-
-
-def prompt_texts(prompts: str | Sequence[str], name: str) -> list[str]:
-    """An invariant's prompts as a list; ValueError naming the invariant for anything else."""
-    plist = [prompts] if isinstance(prompts, str) else list(prompts)
-    if not plist or not all(isinstance(p, str) for p in plist):
-        raise ValueError(f"{name}: prompts must be a non-empty string or list of strings, got {prompts!r}")
-    return plist

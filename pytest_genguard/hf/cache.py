@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from pytest_genguard.core.errors import CacheFolderError, GenguardCacheWarning
 from pytest_genguard.core.files import file_records, file_records_problem, write_manifest
 from pytest_genguard.core.history import RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.hf.fingerprint import model_fingerprint
@@ -38,9 +39,7 @@ __all__ = [
     "MANIFEST",
     "WEIGHTS_FILE",
     "CacheCorrupt",
-    "CacheFolderError",
     "Fetched",
-    "GenguardCacheWarning",
     "cache_key",
     "default_cache_dir",
     "fetch",
@@ -62,16 +61,8 @@ ENV_VAR = "GENGUARD_CACHE_DIR"
 T = TypeVar("T")
 
 
-class GenguardCacheWarning(UserWarning):
-    """A cache entry was unusable (corrupt, half-written, tampered with) and is being rebuilt."""
-
-
 class CacheCorrupt(Exception):
     """Raised by verification or a loader: the entry cannot be trusted; the message says why."""
-
-
-class CacheFolderError(OSError):
-    """The cache folder cannot be created or written (read-only, a file in the way): names it and the fix."""
 
 
 def _folder_error(root: Path, exc: OSError) -> CacheFolderError:

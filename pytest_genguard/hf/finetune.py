@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
+from pytest_genguard.core.errors import GenguardPinWarning, PinError
 from pytest_genguard.core.events import PinEvent, emit
 from pytest_genguard.core.history import RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.core.trace import ModelFingerprint
@@ -39,9 +40,7 @@ from pytest_genguard.hf.inputs import torch_device
 from pytest_genguard.hf.pins import (
     HISTORY_FILE,
     WEIGHTS_FILE,
-    GenguardPinWarning,
     PinContent,
-    PinError,
     PinMode,
     folder_for,
     read_pin,

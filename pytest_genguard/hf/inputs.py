@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.text import quote
+from pytest_genguard.core.validation import integer, short
 from pytest_genguard.hf.environment import cuda_unavailable_reason
 from pytest_genguard.hf.fingerprint import has_parameters, weights_folder
 
@@ -29,51 +29,11 @@ __all__ = [
     "check_prompt_tokens",
     "check_top_k",
     "context_length",
-    "integer",
-    "prompt_list",
     "torch_device",
 ]
 
 # Config attributes that hold the number of positions a model can attend to, by the names architectures use.
 _CONTEXT_ATTRIBUTES = ("n_positions", "max_position_embeddings", "n_ctx", "max_sequence_length", "seq_length")
-
-
-def integer(value: Any, name: str, *, minimum: int, where: str = "record()") -> int:
-    """`value` as an int when it is an integer (not a bool, not a float such as 2.5) of at least `minimum`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        hint = f" (for example {name}={math.floor(value)})" if isinstance(value, float) and math.isfinite(value) else ""
-        raise ValueError(f"{where}: {name} must be an integer >= {minimum}, got {value!r}{hint}.")
-    number = operator.index(value)
-    if number < minimum:
-        raise ValueError(f"{where}: {name} must be an integer >= {minimum}, got {number}.")
-    return number
-
-
-def prompt_list(prompts: Any) -> list[str]:
-    """The prompts as a list of strings: one string, or a non-empty list (any iterable) of strings."""
-    if isinstance(prompts, str):
-        return [prompts]
-    if isinstance(prompts, (bytes, bytearray, Mapping)) or not isinstance(prompts, Iterable):
-        raise ValueError(
-            f"record(): prompts must be a string or a list of strings, got {type(prompts).__name__} {_short(prompts)}."
-        )
-    items = list(prompts)
-    if not items:
-        raise ValueError("record(): prompts is empty; pass one prompt or a list of prompts.")
-    for index, item in enumerate(items):
-        if not isinstance(item, str):
-            raise ValueError(
-                f"record(): prompt {index} is {type(item).__name__} {_short(item)}, not a string; pass the prompts "
-                "as text (record() tokenizes them with the tokenizer it is given)."
-            )
-        lone = next((i for i, ch in enumerate(item) if "\ud800" <= ch <= "\udfff"), None)
-        if lone is not None:  # tokenizers fails on it with a bare TypeError; it cannot be written as UTF-8 either
-            raise ValueError(
-                f"record(): prompt {index} {_short(item)} has a lone surrogate {item[lone]!r} at position {lone}: "
-                "it is not text a tokenizer can read (often bytes decoded with errors='surrogateescape'); decode "
-                "the bytes with errors='replace', or remove the character."
-            )
-    return items
 
 
 def check_top_k(top_k: int, model: PreTrainedModel) -> None:
@@ -98,7 +58,7 @@ def check_generate_kwargs(kwargs: Mapping[str, Any]) -> None:
     if config is not None and not isinstance(config, GenerationConfig):
         raise ValueError(
             f"record(): generation_config must be a transformers GenerationConfig, got {type(config).__name__} "
-            f"{_short(config)}; pass GenerationConfig(...), or the settings themselves as keyword arguments."
+            f"{short(config)}; pass GenerationConfig(...), or the settings themselves as keyword arguments."
         )
     for name, kind in (("logits_processor", "LogitsProcessorList"), ("stopping_criteria", "StoppingCriteriaList")):
         value = kwargs.get(name)
@@ -106,20 +66,15 @@ def check_generate_kwargs(kwargs: Mapping[str, Any]) -> None:
             continue
         if not isinstance(value, (list, tuple)):
             raise ValueError(
-                f"record(): {name} must be a list ({kind}([...])), got {type(value).__name__} {_short(value)}; "
+                f"record(): {name} must be a list ({kind}([...])), got {type(value).__name__} {short(value)}; "
                 f"wrap it: {name}={kind}([...])."
             )
         for index, item in enumerate(value):
             if not callable(item):
                 raise ValueError(
-                    f"record(): {name}[{index}] is {type(item).__name__} {_short(item)}, which cannot be called; "
+                    f"record(): {name}[{index}] is {type(item).__name__} {short(item)}, which cannot be called; "
                     f"pass {kind.removesuffix('List')} objects."
                 )
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _number(config: GenerationConfig, name: str) -> float | None:
@@ -136,11 +91,11 @@ def check_generation_config(config: GenerationConfig) -> None:
     internal error (``num_beams=0``). Sampling settings are checked only when sampling, beam settings only with beams:
     elsewhere they are inactive (``temperature=0`` with greedy decoding is common and harmless)."""
     beams = getattr(config, "num_beams", None)
-    beams = integer(1 if beams is None else beams, "num_beams", minimum=1)
+    beams = integer(1 if beams is None else beams, "num_beams", minimum=1, where="record()")
     for name in ("min_new_tokens", "no_repeat_ngram_size"):
         value = getattr(config, name, None)
         if value is not None:
-            integer(value, name, minimum=0)
+            integer(value, name, minimum=0, where="record()")
     penalty = _number(config, "repetition_penalty")
     if penalty is not None and not 0.0 < penalty < math.inf:
         raise ValueError(
@@ -153,7 +108,7 @@ def check_generation_config(config: GenerationConfig) -> None:
     if not getattr(config, "do_sample", False):
         return
     if getattr(config, "top_k", None) is not None:
-        integer(config.top_k, "top_k (sampling, in the generation config)", minimum=0)
+        integer(config.top_k, "top_k (sampling, in the generation config)", minimum=0, where="record()")
     temperature = _number(config, "temperature")
     if temperature is not None and not 0.0 < temperature < math.inf:
         raise ValueError(

@@ -25,7 +25,8 @@ from pytest_genguard.core.comparison import Comparison, describe, headline, wind
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.tolerances import EXACT, Tolerances
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, dumps
-from pytest_genguard.hf._generation import decoding, prompt_texts
+from pytest_genguard.core.validation import prompt_list
+from pytest_genguard.hf._generation import decoding
 from pytest_genguard.hf.record import generate_from_ids, record
 from pytest_genguard.hf.tiny import corpus_texts
 
@@ -106,7 +107,7 @@ def assert_deterministic(
     """
     __tracebackhide__ = True
     name = "assert_deterministic"
-    plist = prompt_texts(prompts, name)
+    plist = prompt_list(prompts, where=name)
     if runs < 2:
         raise ValueError(f"{name}: runs must be >= 2 to compare anything, got {runs}")
     mode, sampling = decoding(model, tokenizer, generate_kwargs)
@@ -176,7 +177,7 @@ def assert_batch_invariant(
     """
     __tracebackhide__ = True
     name = "assert_batch_invariant"
-    plist = prompt_texts(prompts, name)
+    plist = prompt_list(prompts, where=name)
     _check_tolerances(tolerances, name)
     if not batch_sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 2 for b in batch_sizes):
         raise ValueError(f"{name}: batch_sizes must be integers >= 2, got {batch_sizes!r}")
@@ -244,7 +245,7 @@ def assert_cache_invariant(
     """
     __tracebackhide__ = True
     name = "assert_cache_invariant"
-    plist = prompt_texts(prompts, name)
+    plist = prompt_list(prompts, where=name)
     _check_tolerances(tolerances, name)
     if "use_cache" in generate_kwargs:
         raise ValueError(f"{name}: do not pass use_cache; the check runs both use_cache=True and use_cache=False")
@@ -283,7 +284,7 @@ def assert_continuation_consistent(
     """
     __tracebackhide__ = True
     name = "assert_continuation_consistent"
-    plist = prompt_texts(prompts, name)
+    plist = prompt_list(prompts, where=name)
     _check_tolerances(tolerances, name)
     if k < 1 or m < 1:
         raise ValueError(f"{name}: k and m must be >= 1, got k={k}, m={m}")

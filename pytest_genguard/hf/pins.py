@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pytest_genguard.core.errors import PinError
 from pytest_genguard.core.files import file_records, file_records_problem, write_manifest
 
 __all__ = [
@@ -38,9 +39,7 @@ __all__ = [
     "PIN_FORMAT",
     "PIN_MANIFEST",
     "WEIGHTS_FILE",
-    "GenguardPinWarning",
     "PinContent",
-    "PinError",
     "PinMode",
     "folder_for",
     "read_pin",
@@ -57,15 +56,6 @@ DEFAULT_PIN_DIR = "__genguard_pins__"
 PinMode = Literal["use", "create", "refresh"]
 """How `finetune()` treats a pin: "use" loads it (a missing pin: train here, with a warning); "create" loads it or
 trains and writes it when missing (``--snapshot-update``); "refresh" trains and rewrites it (``--genguard-rebuild``)."""
-
-
-class PinError(Exception):
-    """A pin folder exists but cannot be trusted (missing or modified file, unreadable manifest, other recipe)."""
-
-
-class GenguardPinWarning(UserWarning):
-    """No pinned weights for a fine-tuned model: it was trained on this machine, so snapshots of its decoding
-    hold only on CPUs whose kernels round as this one's do."""
 
 
 def folder_for(pin_dir: Path, arch: str, recipe: str) -> Path:

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 from pytest_genguard.core import events
 from pytest_genguard.core.checks import fail_or_pass
 from pytest_genguard.core.text import quote
+from pytest_genguard.core.validation import prompt_list
 from pytest_genguard.core.well_formed import eos_ids_from
-from pytest_genguard.hf._generation import decoding, prompt_texts, token_texts
+from pytest_genguard.hf._generation import decoding, token_texts
 from pytest_genguard.hf.record import generate_from_ids
 
 if TYPE_CHECKING:
@@ -233,7 +234,7 @@ def assert_processor_contract(
     """
     __tracebackhide__ = True
     name = "assert_processor_contract"
-    plist = prompt_texts(prompts, name)
+    plist = prompt_list(prompts, where=name)
     given = {
         "no_repeat_ngram_size": no_repeat_ngram_size,
         "repetition_penalty": repetition_penalty,

@@ -1,16 +1,21 @@
 """`record()`: one batched `generate()` call, captured as a `GenerationTrace`; `generate_from_ids`: the same from
 token ids (no re-tokenization), also returning `generate()`'s output (the invariants and the recorder use it).
 
+Both run one private pipeline, `_generate` (argument checks, padding, the call, the steps, beam path lengths,
+stop-string padding, the texts of alternatives); they differ only in how the batch is made (pytest-regressions'
+`perform_regression_check` is the model: the fixtures differ only in their callbacks).
+
 Raw logits (`output_logits=True`) give each step's top-k of log-softmax; processed scores (`output_scores=True`) give
 the score decoding actually used for the chosen token. Both need `return_dict_in_generate=True`.
 """
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core import validation
 from pytest_genguard.core.events import FragileStep, RecordEvent, emit
 from pytest_genguard.core.tolerances import tolerances_in_force
 from pytest_genguard.core.trace import GenerationTrace
@@ -53,36 +58,129 @@ def record(
     `top_k` is how many alternatives are recorded per step; a sampling top-k goes in a `generation_config`.
     `seed` seeds sampling without touching the caller's RNG. Other keyword arguments go to `generate()`.
     """
-    prompt_list, max_new_tokens, top_k, seed = _checked_arguments(model, prompts, max_new_tokens, top_k, seed)
-    checks.check_generate_kwargs(generate_kwargs)
-    encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
-    prepared = prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
-    device = model_device(model)
-    if "stop_strings" in generate_kwargs or getattr(prepared.config, "stop_strings", None):
-        prepared.model_kwargs.setdefault("tokenizer", tokenizer)
-    with inference(model, tokenizer, "right" if encoder_decoder else "left"):
-        batch = _encode(tokenizer, prompt_list, prepared.config.pad_token_id, left=not encoder_decoder)
+    call = _Call.checked("record()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs)
+
+    def tokenize(pad_id: Any, left: bool) -> _Batch:
+        batch = _encode(tokenizer, call.prompts, pad_id, left=left)
         mask = batch["attention_mask"].tolist()
-        all_prompt_ids = [
+        prompt_ids = [
             tuple(int(i) for i, m in zip(row, mask[b], strict=False) if m)
             for b, row in enumerate(batch["input_ids"].tolist())
         ]
-        checks.check_prompt_tokens(model, prompt_list, all_prompt_ids, max_new_tokens)
-        inputs = {"input_ids": batch["input_ids"].to(device), "attention_mask": batch["attention_mask"].to(device)}
-        with seeded(seed, device), length_clash_muted():
-            out = model.generate(
-                **inputs,
-                generation_config=prepared.config,
-                **prepared.model_kwargs,
-            )
-        steps = collect_steps(out, len(prompt_list), top_k)
-    start = 1 if encoder_decoder else inputs["input_ids"].shape[1]
+        return _Batch(batch, prompt_ids)
+
+    trace, _, _ = _generate(model, tokenizer, call, tokenize)
+    _report_fragile_steps(trace)
+    return trace
+
+
+def generate_from_ids(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    rows: Sequence[Sequence[int]],
+    *,
+    decoder_rows: Sequence[Sequence[int]] | None = None,
+    max_new_tokens: int,
+    top_k: int = 5,
+    seed: int | None = None,
+    **generate_kwargs: Any,
+) -> tuple[GenerationTrace, Any, int]:
+    """`record()` from token ids instead of text (no re-tokenization), also returning generate()'s output.
+
+    `rows` are the (encoder) input ids per prompt, padded here on the tokenizer's side for the model type;
+    `decoder_rows` are decoder prefixes for encoder-decoder models (all of one length). Returns the trace (its
+    prompt_ids are `rows`), the `generate()` output (raw `logits`, processed `scores`, `sequences`) and the column
+    of `sequences` where generated tokens start. The arguments are checked as record()'s are.
+    """
+    call = _Call.checked("generate_from_ids()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs)
+    if len(rows) != len(call.prompts):
+        raise ValueError(f"generate_from_ids(): {len(call.prompts)} prompts but {len(rows)} rows of token ids.")
+
+    def tokenize(pad_id: Any, left: bool) -> _Batch:
+        import torch
+
+        pad = int(pad_id if isinstance(pad_id, int) else pad_id[0])
+        width = max(len(r) for r in rows)
+        ids = [[pad] * (width - len(r)) + list(r) if left else list(r) + [pad] * (width - len(r)) for r in rows]
+        mask = [[0] * (width - len(r)) + [1] * len(r) if left else [1] * len(r) + [0] * (width - len(r)) for r in rows]
+        batch = {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}
+        return _Batch(batch, [tuple(int(i) for i in r) for r in rows], decoder_rows)
+
+    return _generate(model, tokenizer, call, tokenize)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One recording's checked arguments (the same checks for record() and generate_from_ids())."""
+
+    prompts: list[str]
+    max_new_tokens: int
+    top_k: int
+    seed: int | None
+    generate_kwargs: dict[str, Any]
+
+    @classmethod
+    def checked(
+        cls,
+        where: str,
+        model: PreTrainedModel,
+        prompts: Any,
+        max_new_tokens: Any,
+        top_k: Any,
+        seed: Any,
+        generate_kwargs: dict[str, Any],
+    ) -> _Call:
+        """The arguments checked before anything reaches transformers (see `pytest_genguard.hf.inputs`)."""
+        prompt_list = validation.prompt_list(prompts, where=where)
+        max_new = validation.integer(max_new_tokens, "max_new_tokens", minimum=1, where=where)
+        k = validation.integer(top_k, "top_k", minimum=1, where=where)
+        checked_seed = validation.optional_integer(seed, "seed", where=where)
+        checks.check_model(model)
+        checks.check_top_k(k, model)
+        checks.check_generate_kwargs(generate_kwargs)
+        return cls(prompt_list, max_new, k, checked_seed, dict(generate_kwargs))
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """What tokenizing gave: the padded batch (CPU tensors), each prompt's own ids, decoder prefixes if any."""
+
+    tensors: dict[str, torch.Tensor]
+    prompt_ids: list[tuple[int, ...]]
+    decoder_rows: Sequence[Sequence[int]] | None = None
+
+
+def _generate(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, call: _Call, tokenize: Callable[[Any, bool], _Batch]
+) -> tuple[GenerationTrace, Any, int]:
+    """The one recording pipeline: prepare, tokenize (the only step the callers differ in), generate, collect the
+    steps, slice the paths (beam hypotheses to their own lengths), token texts, the prompt traces, the trace."""
+    import torch
+
+    encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
+    prepared = prepare(model, tokenizer, call.max_new_tokens, dict(call.generate_kwargs))
+    device = model_device(model)
+    if "stop_strings" in call.generate_kwargs or getattr(prepared.config, "stop_strings", None):
+        prepared.model_kwargs.setdefault("tokenizer", tokenizer)  # generate() needs it to match stop strings
+    with inference(model, tokenizer, "right" if encoder_decoder else "left"):
+        batch = tokenize(prepared.config.pad_token_id, not encoder_decoder)
+        checks.check_prompt_tokens(model, call.prompts, batch.prompt_ids, call.max_new_tokens)
+        inputs = {name: tensor.to(device) for name, tensor in batch.tensors.items()}
+        start = 1 if encoder_decoder else inputs["input_ids"].shape[1]
+        if batch.decoder_rows is not None:
+            inputs["decoder_input_ids"] = torch.tensor([list(r) for r in batch.decoder_rows], device=device)
+            start = inputs["decoder_input_ids"].shape[1]
+        with seeded(call.seed, device), length_clash_muted():
+            out = model.generate(**inputs, generation_config=prepared.config, **prepared.model_kwargs)
+        steps = collect_steps(out, len(call.prompts), call.top_k)
     generated = out.sequences[:, start:].tolist()
     lengths = path_lengths(out)
     if lengths is not None:  # beam search: a hypothesis that ended early is followed by padding
         generated = [row[:n] for row, n in zip(generated, lengths, strict=True)]
-    ids_in_trace = [i for row in generated for i in row] + [i for s in steps for i in s["top_ids_flat"]]
-    texts = token_texts(tokenizer, ids_in_trace)
+    texts = token_texts(
+        tokenizer, [i for row in generated for i in row] + [i for s in steps for i in s["top_ids_flat"]]
+    )
     eos = eos_ids(prepared.config)
     # Only a stopping criterion ends one sequence of the batch early (its tail is then padding); without one, a pad id
     # in the output was generated (an untrained model may well emit it).
@@ -91,36 +189,18 @@ def record(
     )
     pad_id = prepared.config.pad_token_id if can_stop_early and isinstance(prepared.config.pad_token_id, int) else None
     prompt_traces = [
-        prompt_trace(prompt, all_prompt_ids[b], generated[b], steps, b, texts, eos, max_new_tokens, tokenizer, pad_id)
-        for b, prompt in enumerate(prompt_list)
+        prompt_trace(p, batch.prompt_ids[b], generated[b], steps, b, texts, eos, call.max_new_tokens, tokenizer, pad_id)
+        for b, p in enumerate(call.prompts)
     ]
-    settings = dict(prepared.settings)
-    settings["record_top_k"] = top_k
-    settings["seed"] = seed
     trace = GenerationTrace(
         prompts=tuple(prompt_traces),
-        settings=settings,
+        settings={**prepared.settings, "record_top_k": call.top_k, "seed": call.seed},
         model=model_fingerprint(model),
         tokenizer=tokenizer_fingerprint(tokenizer),
         environment=environment(model, device),
         token_texts=alternative_texts(prompt_traces, texts),
     )
-    _report_fragile_steps(trace)
-    return trace
-
-
-def _checked_arguments(
-    model: PreTrainedModel, prompts: Any, max_new_tokens: Any, top_k: Any, seed: Any
-) -> tuple[list[str], int, int, int | None]:
-    """record()'s own arguments, checked before anything reaches transformers (see `pytest_genguard.hf.inputs`)."""
-    prompt_list = checks.prompt_list(prompts)
-    max_new = checks.integer(max_new_tokens, "max_new_tokens", minimum=1)
-    k = checks.integer(top_k, "top_k", minimum=1)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-        raise ValueError(f"record(): seed must be an integer or None, got {seed!r}.")
-    checks.check_model(model)
-    checks.check_top_k(k, model)
-    return prompt_list, max_new, k, None if seed is None else int(seed)
+    return trace, out, start
 
 
 def _encode(
@@ -157,66 +237,3 @@ def _report_fragile_steps(trace: GenerationTrace) -> None:
     ]
     # The first 50 are named in the summary (-v); the count is exact.
     emit(RecordEvent(len(fragile), tuple(fragile[:50]), len(trace), len(steps)))
-
-
-def generate_from_ids(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    prompts: Sequence[str],
-    rows: Sequence[Sequence[int]],
-    *,
-    decoder_rows: Sequence[Sequence[int]] | None = None,
-    max_new_tokens: int,
-    top_k: int = 5,
-    seed: int | None = None,
-    **generate_kwargs: Any,
-) -> tuple[GenerationTrace, Any, int]:
-    """`record()` from token ids instead of text (no re-tokenization), also returning generate()'s output.
-
-    `rows` are the (encoder) input ids per prompt, padded here on the tokenizer's side for the model type;
-    `decoder_rows` are decoder prefixes for encoder-decoder models (all of one length). Returns the trace (its
-    prompt_ids are `rows`), the `generate()` output (raw `logits`, processed `scores`, `sequences`) and the column
-    of `sequences` where generated tokens start.
-    """
-    import torch
-
-    encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
-    prepared = prepare(model, tokenizer, max_new_tokens, dict(generate_kwargs))
-    pad = prepared.config.pad_token_id
-    pad_id = int(pad if isinstance(pad, int) else pad[0])
-    device = model_device(model)
-    width = max(len(r) for r in rows)
-    ids, mask = [], []
-    for r in rows:
-        fill = width - len(r)
-        left = not encoder_decoder  # decoder-only models continue from the right end: pad on the left
-        ids.append([pad_id] * fill + list(r) if left else list(r) + [pad_id] * fill)
-        mask.append([0] * fill + [1] * len(r) if left else [1] * len(r) + [0] * fill)
-    inputs: dict[str, Any] = {
-        "input_ids": torch.tensor(ids, device=device),
-        "attention_mask": torch.tensor(mask, device=device),
-    }
-    if decoder_rows is not None:
-        inputs["decoder_input_ids"] = torch.tensor([list(r) for r in decoder_rows], device=device)
-    with inference(model), seeded(seed, device), length_clash_muted():
-        out = model.generate(**inputs, generation_config=prepared.config, **prepared.model_kwargs)
-    steps = collect_steps(out, len(rows), top_k)
-    start = out.sequences.shape[1] - len(steps)
-    generated = out.sequences[:, start:].tolist()
-    texts = token_texts(
-        tokenizer, [i for row in generated for i in row] + [i for s in steps for i in s["top_ids_flat"]]
-    )
-    eos = eos_ids(prepared.config)
-    traces = [
-        prompt_trace(p, tuple(int(i) for i in r), generated[b], steps, b, texts, eos, max_new_tokens, tokenizer)
-        for b, (p, r) in enumerate(zip(prompts, rows, strict=True))
-    ]
-    settings = {**prepared.settings, "record_top_k": top_k, "seed": seed}
-    trace = GenerationTrace(
-        prompts=tuple(traces),
-        settings=settings,
-        model=model_fingerprint(model),
-        tokenizer=tokenizer_fingerprint(tokenizer),
-        environment=environment(model, device),
-    )
-    return trace, out, start

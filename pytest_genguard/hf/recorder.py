@@ -27,11 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
-from pytest_genguard.core.history import (
-    Checkpoint,
-    GenguardTrainingWarning,
-    RecorderHistory,
-)
+from pytest_genguard.core import validation
+from pytest_genguard.core.errors import GenguardTrainingWarning
+from pytest_genguard.core.history import Checkpoint, RecorderHistory
 from pytest_genguard.core.repetition import find_repetition
 from pytest_genguard.hf.record import generate_from_ids, record
 from pytest_genguard.hf.run_state import (
@@ -104,22 +102,19 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
         tokenizer: PreTrainedTokenizerBase | None = None,
         **generate_kwargs: Any,
     ) -> None:
-        prompt_list = [] if prompts is None else [prompts] if isinstance(prompts, str) else list(prompts)
-        if prompts is not None and (not prompt_list or not all(isinstance(p, str) for p in prompt_list)):
-            raise ValueError("GenerationRecorder(prompts=...): pass a prompt or a non-empty list of prompt strings.")
-        for name, value, low in (("eval_examples", eval_examples, 0), ("eval_prompt_tokens", eval_prompt_tokens, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"GenerationRecorder({name}={value!r}): must be an integer >= {low}.")
+        where = "GenerationRecorder()"
+        prompt_list = [] if prompts is None else validation.prompt_list(prompts, where=where)
+        eval_examples = validation.integer(eval_examples, "eval_examples", minimum=0, where=where)
+        eval_prompt_tokens = validation.integer(eval_prompt_tokens, "eval_prompt_tokens", minimum=1, where=where)
+        max_new_tokens = validation.integer(max_new_tokens, "max_new_tokens", minimum=1, where=where)
+        top_k = validation.integer(top_k, "top_k", minimum=1, where=where)
         if not prompt_list and not eval_examples:
             raise ValueError(
                 "GenerationRecorder: nothing to record. Pass probe prompts (GenerationRecorder(['the cat'])), "
                 "eval_examples=N (the first N examples of each evaluate()/predict()), or both."
             )
-        if every_n_steps is not None and (isinstance(every_n_steps, bool) or every_n_steps < 1):
-            raise ValueError(
-                f"GenerationRecorder(every_n_steps={every_n_steps!r}): must be a positive number of steps, "
-                "or None to record only at evaluations and at the end of training."
-            )
+        if every_n_steps is not None:  # None: record only at evaluations and at the end of training
+            every_n_steps = validation.integer(every_n_steps, "every_n_steps", minimum=1, where=where)
         if every_n_steps is not None and not prompt_list:
             raise ValueError(
                 f"GenerationRecorder(every_n_steps={every_n_steps}): training steps record the probe prompts, and "
@@ -128,10 +123,6 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
             )
         if on_degenerate not in ON_DEGENERATE:
             raise ValueError(f"GenerationRecorder(on_degenerate={on_degenerate!r}): must be None, 'warn' or 'stop'.")
-        if max_new_tokens < 1:
-            raise ValueError(f"GenerationRecorder(max_new_tokens={max_new_tokens}): must be >= 1.")
-        if top_k < 1:
-            raise ValueError(f"GenerationRecorder(top_k={top_k}): must be >= 1.")
         self.prompts: list[str] = prompt_list
         self.eval_examples = eval_examples
         self.eval_prompt_tokens = eval_prompt_tokens
@@ -186,11 +177,8 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
             )
         rows = [list(tokenizer(p)["input_ids"]) for p in self.prompts] + examples
         labels = [*self.prompts, *(tokenizer.decode(r) for r in examples)]
-        kwargs = dict(self.generate_kwargs)
-        if "stop_strings" in kwargs:
-            kwargs.setdefault("tokenizer", tokenizer)  # generate() needs it to match stop strings
         trace, _, _ = generate_from_ids(
-            model, tokenizer, labels, rows, max_new_tokens=self.max_new_tokens, top_k=self.top_k, **kwargs
+            model, tokenizer, labels, rows, max_new_tokens=self.max_new_tokens, top_k=self.top_k, **self.generate_kwargs
         )
         return trace
 

@@ -6,7 +6,7 @@ structure, is compared with `compare()`.
 
 Semantics, chosen on purpose:
 - verify() answers "does *this* model still produce this trace?". It compares values (``check_fingerprints=False``)
-  and reports a changed model or tokenizer fingerprint as extra lines in `Comparison.environment_diff`
+  and reports a changed model or tokenizer fingerprint in `VerifyComparison.fingerprint_diff`
   (``model.weights_hash: old -> new``) instead of a STALE verdict. (The snapshot fixture's
   `genguard_snapshot.verify()` applies the snapshot rule instead: a changed model makes the snapshot stale.)
 - greedy traces: where the teacher-forced argmax of the processed scores differs from the recorded token, the model
@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 from pytest_genguard.core.compare import compare
-from pytest_genguard.core.comparison import Comparison, render
+from pytest_genguard.core.comparison import Comparison
+from pytest_genguard.core.errors import VerifyFallbackWarning
 from pytest_genguard.core.events import CheckEvent, emit
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.tolerances import ToleranceArgs
@@ -46,15 +47,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Preference",
     "VerifyComparison",
-    "VerifyFallbackWarning",
     "comparison_event",
     "fingerprint_changes",
     "verify",
 ]
-
-
-class VerifyFallbackWarning(UserWarning):
-    """verify() re-generated the trace (beam search) instead of teacher forcing it."""
 
 
 def verify(
@@ -69,7 +65,7 @@ def verify(
     """Re-check `trace` against `model` by teacher forcing; truthy when the model still produces it.
 
     Tolerances default to the dtype defaults of `compare()`; `atol`/`rtol`/`tie_tol` override single fields. A
-    changed model or tokenizer fingerprint is reported in the comparison (``environment_diff``), not as a verdict;
+    changed model or tokenizer fingerprint is reported in the comparison (``fingerprint_diff``), not as a verdict;
     `check_fingerprints=True` applies the snapshot rule instead (a changed model makes the trace stale).
     A trace recorded with custom processors (``record(..., logits_processor=...)``, named in its settings) needs the
     same processors here: they are re-applied on the teacher-forced logits; without them verify() raises ValueError
@@ -101,9 +97,8 @@ def verify(
         actual, preferences = teacher_force_with_preferences(model, tokenizer, trace, logits_processor=custom)
     cmp = compare(trace, actual, check_fingerprints=check_fingerprints, **tolerances)
     fields = {f.name: getattr(cmp, f.name) for f in dataclasses.fields(cmp)}
-    if not check_fingerprints:
-        fields["environment_diff"] = fingerprint_changes(trace, actual) + cmp.environment_diff
-    result = VerifyComparison(**fields, preferences=preferences, regenerated=regenerated)
+    changed = () if check_fingerprints else fingerprint_changes(trace, actual)
+    result = VerifyComparison(**fields, preferences=preferences, regenerated=regenerated, fingerprint_diff=changed)
     emit(comparison_event(result, name="verify"))
     return result
 
@@ -114,6 +109,13 @@ class VerifyComparison(Comparison):
 
     preferences: tuple[Preference, ...] = ()
     regenerated: bool = False
+    fingerprint_diff: tuple[tuple[str, JSONScalar, JSONScalar], ...] = ()
+    """Changed model/tokenizer fingerprint fields (``("model.weights_hash", old, new)``), with
+    `check_fingerprints=False`: reported, not judged. `environment_diff` holds environment fields only."""
+
+    def differences(self) -> tuple[tuple[str, JSONScalar, JSONScalar], ...]:
+        """The changed fingerprints first, then the environment fields, under "environment differs"."""
+        return self.fingerprint_diff + self.environment_diff
 
     def notes(self) -> list[str]:
         """Lines that follow the summary line: the now-preferred tokens, the beam-search fallback."""
@@ -126,11 +128,8 @@ class VerifyComparison(Comparison):
 
     def render(self, fix: str | None = None) -> str:
         """The explanation of `comparison.render` with the notes after its summary line."""
-        first, _, rest = render(self, fix=fix).partition("\n")
+        first, _, rest = super().render(fix).partition("\n")
         return "\n".join([first, *self.notes(), *([rest] if rest else [])])
-
-    def __str__(self) -> str:
-        return self.render()
 
 
 def fingerprint_changes(
@@ -152,7 +151,7 @@ def fingerprint_changes(
 
 def comparison_event(cmp: Comparison, *, name: str, fix: str | None = None) -> CheckEvent:
     """The ``verify`` event for a comparison: verdict, failure, summary, detail, both traces on failure."""
-    detail = cmp.render(fix) if isinstance(cmp, VerifyComparison) else render(cmp, fix=fix)
+    detail = cmp.render(fix)
     failed = not cmp.ok
     return CheckEvent(
         "verify",

@@ -28,12 +28,13 @@ import pytest
 from pytest_genguard.core import events
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render
-from pytest_genguard.core.environments import environment_class, environment_differences, same_environment
+from pytest_genguard.core.environments import environment_class, numeric_diff, same_environment
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.events import CheckEvent
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.tolerances import EXACT, Overrides, Tolerances, default_tolerances
-from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Status, Verdict
 from pytest_genguard.plugin.settings import settings
 from pytest_genguard.plugin.tally import EVENTS_KEY, USER_PROPERTY
@@ -142,10 +143,7 @@ def check_reference(path: Path, trace: GenerationTrace, overrides: Overrides = O
     comparison = compare(expected, trace, tolerances=tol, allow_dtype_change=overrides.allow_dtype_change)
     outcomes = prompt_outcomes(comparison)
     bitwise = same_environment(expected.environment, trace.environment)
-    env_diff = tuple(
-        (k, expected.environment.get(k), trace.environment.get(k))
-        for k in environment_differences(expected.environment, trace.environment)
-    )
+    env_diff = numeric_diff(comparison.environment_diff)
     rule = "bitwise (same environment)" if bitwise else f"tolerant rule ({tol})"
     where = f"{environment_class(expected.environment)} -> {environment_class(trace.environment)}"
     summary = f"reference {comparison.verdict} ({where}, {rule})"

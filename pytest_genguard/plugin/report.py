@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from pytest_genguard.core.compare import compare
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.events import CheckEvent, InvariantEvent
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.html import Page, badge, document, escape, toolbar
 from pytest_genguard.core.tolerances import Overrides
-from pytest_genguard.core.trace import GenerationTrace, TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.plugin.settings import settings
 from pytest_genguard.plugin.tally import Tally, counts_lines

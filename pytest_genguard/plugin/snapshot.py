@@ -30,6 +30,7 @@ import itertools
 import math
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FILE_EXTENSION",
     "GenguardSnapshotExtension",
+    "Plan",
     "allows_nonfinite",
     "marker_tolerances",
     "shared_file_owner",
@@ -74,22 +76,32 @@ def _safe(text: str) -> str:
     return "".join(ch for ch in text if ch not in _UNSAFE and not unicodedata.category(ch).startswith("C"))
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What the genguard fixture tells its extension about an assertion, in one object (handed over by
+    `plugin/syrupy_adapter.py`): the test's tolerances, the re-record command, and for one run an outcome decided
+    elsewhere (`forced`: verify(), per-env baselines) or the file genguard compared with (`read_from`)."""
+
+    overrides: Overrides = field(default_factory=Overrides)
+    history_overrides: Overrides | None = None
+    """The marker's tolerances alone, for histories (ini tolerances are about decoding)."""
+    rerecord: Rerecord = field(default_factory=Rerecord)
+    forced: bool | None = None
+    read_from: Path | None = None
+
+
 class GenguardSnapshotExtension(SingleFileSnapshotExtension):
     """One ``.genguard`` JSON file per snapshot, matched with `compare()` (tolerant, near-tie aware, stale-aware).
 
     Usable on its own (``snapshot(extension_class=GenguardSnapshotExtension)``, dtype-default tolerances); the
-    `genguard_snapshot` fixture sets `overrides` (the test's tolerances) on its instance.
+    `genguard_snapshot` fixture hands its instance a `Plan` (the test's tolerances, ...).
     """
 
     _write_mode = WriteMode.TEXT
     file_extension = FILE_EXTENSION
 
     def __init__(self) -> None:
-        self.overrides = Overrides()
-        self.history_overrides: Overrides | None = None  # the marker's alone (the fixture sets them)
-        self.forced: bool | None = None  # set by GenguardSnapshot for an outcome decided elsewhere (verify())
-        self.rerecord = Rerecord()  # what the fix commands re-record (the fixture names its test, per-env or not)
-        self.read_from: Path | None = None  # per-env baselines: the file genguard compared with (see snapshot_fixture)
+        self.plan = Plan()  # the fixture's (see Plan); the defaults are the dtype-default tolerances
         self._cache: dict[tuple[str, str], Outcome] = {}
 
     def serialize(self, data: Any, *, exclude: Any = None, include: Any = None, matcher: Any = None) -> str:
@@ -137,7 +149,7 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
         """The file's text (bytes that are not UTF-8 are kept as lone surrogates, so a corrupt file reads); None when
         it is missing. Other OS errors (permissions, a folder in its place) propagate: the fixture reports them."""
         try:
-            return Path(self.read_from or snapshot_location).read_bytes().decode("utf-8", "surrogateescape")
+            return Path(self.plan.read_from or snapshot_location).read_bytes().decode("utf-8", "surrogateescape")
         except (FileNotFoundError, NotADirectoryError):  # (a file where one of its folders should be)
             return None
 
@@ -159,16 +171,16 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
             self._cache[key] = compare_documents(
                 received,
                 stored,
-                overrides=self.overrides,
-                history_overrides=self.history_overrides,
+                overrides=self.plan.overrides,
+                history_overrides=self.plan.history_overrides,
                 source=source,
-                rerecord=self.rerecord,
+                rerecord=self.plan.rerecord,
             )
         return self._cache[key]
 
     def matches(self, *, serialized_data: Any, snapshot_data: Any) -> bool:
-        if self.forced is not None:
-            return self.forced
+        if self.plan.forced is not None:
+            return self.plan.forced
         return self.outcome(str(serialized_data), str(snapshot_data)).ok
 
     def diff_lines(self, serialized_data: Any, snapshot_data: Any) -> Iterator[str]:

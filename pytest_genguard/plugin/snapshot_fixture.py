@@ -38,6 +38,7 @@ from pytest_genguard.plugin.reference import on_trace
 from pytest_genguard.plugin.settings import Settings, settings
 from pytest_genguard.plugin.snapshot import (
     GenguardSnapshotExtension,
+    Plan,
     allows_nonfinite,
     marker_tolerances,
     shared_file_owner,
@@ -89,15 +90,17 @@ class GenguardSnapshot:
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, snapshot: SnapshotAssertion, request: pytest.FixtureRequest) -> None:
-        self._syrupy = Syrupy(snapshot, request.config)
         self._config = request.config
         self._nodeid = request.node.nodeid
         self._item = request.node
         self.per_env = settings(request.config).baselines == PER_ENV
         self.overrides = tolerance_overrides(request)
-        self.extension.overrides = self.overrides
-        self.extension.history_overrides = marker_tolerances(request.node)  # ini tolerances are about decoding
-        self.extension.rerecord = Rerecord((self._nodeid,), per_env=self.per_env)
+        plan = Plan(
+            overrides=self.overrides,
+            history_overrides=marker_tolerances(request.node),  # ini tolerances are about decoding
+            rerecord=Rerecord((self._nodeid,), per_env=self.per_env),
+        )
+        self._syrupy = Syrupy(snapshot, request.config, plan)
         self.allow_nonfinite = allows_nonfinite(request.node)  # NaN/inf may be stored
         self.explanation: list[str] = []
         self.last_name = ""
@@ -158,7 +161,7 @@ class GenguardSnapshot:
             )
 
     def _rerecord(self, verdict: Verdict | Status) -> str | None:
-        return self.extension.rerecord.command(verdict)
+        return self._syrupy.plan.rerecord.command(verdict)
 
     # ------------------------------------------------------------------------------------------------ stores
 
@@ -235,7 +238,7 @@ class GenguardSnapshot:
             return self._fail(Status.NON_FINITE, refused.lines, store, refused.counted, **extra)
         if outcome is not None:
             self.last_comparison = outcome.comparison
-        new_only = self._syrupy.assertion.update_new_snapshots_only
+        new_only = self._syrupy.new_only
         if decide_write(outcome, store.own_exists, settings(self._config), new_only) and subject.can_write:
             try:
                 data, text = subject.written()
@@ -286,7 +289,7 @@ class GenguardSnapshot:
     def __eq__(self, other: object) -> bool:
         self._refuse_shared_file()
         received = dump_document(other)  # a TypeError saying what genguard_snapshot accepts
-        index = self._syrupy.assertion.index
+        index = self._syrupy.index
         self.last_name, self.last_source = self.name, self._relative(self.location)
         diff_mode = str(getattr(self._config.option, "diff_mode", "detailed"))
         subject = Value(self.extension, other, received, detailed_diff=diff_mode == "detailed")
@@ -358,13 +361,15 @@ class GenguardSnapshot:
         store = self._store(environment(model) if self.per_env else None)
         self.last_name = self.name
         missing = (store.read() is None) if not self.per_env else not store.own_exists
-        new_only = missing and self._syrupy.assertion.update_new_snapshots_only
+        new_only = missing and self._syrupy.new_only
         if recording.can_record and (settings(self._config).snapshot_update or new_only):
             trace = recording.record(recording_module.record, model, tokenizer)  # re-recorded and checked as a value
             self.assert_match(trace)
             return self.last_comparison if self.last_comparison is not None else compare(trace, trace)
         record = recording_module.record
-        subject = Verified(model, tokenizer, recording, record, self.overrides, self.extension.rerecord, self.refusal)
+        subject = Verified(
+            model, tokenizer, recording, record, self.overrides, self._syrupy.plan.rerecord, self.refusal
+        )
         if not self._check(subject, store):
             raise AssertionError("\n".join(self.explanation))
         if subject.comparison is None:  # written (recorded for the first time): nothing was compared

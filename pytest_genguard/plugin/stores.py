@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
-from syrupy.exceptions import SnapshotDoesNotExist
 
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.verdict import Status
 from pytest_genguard.plugin import keep
-from pytest_genguard.plugin.snapshot import GenguardSnapshotExtension
+from pytest_genguard.plugin.snapshot import Plan
+from pytest_genguard.plugin.syrupy_adapter import SyrupyAssertion
 
 if TYPE_CHECKING:
     from syrupy.assertion import AssertionResult, SnapshotAssertion
@@ -121,58 +121,19 @@ def resolve_baseline(location: str | os.PathLike[str], env_class: str) -> tuple[
 # ------------------------------------------------------------------------------------------------------ syrupy
 
 
-class Syrupy:
-    """The test's syrupy assertion with the genguard extension: what it reads, and running it so that syrupy
-    records the assertion (used, created, updated, failed) and writes only when told to."""
+class Syrupy(SyrupyAssertion):
+    """The test's syrupy assertion (`syrupy_adapter.SyrupyAssertion`), plus the ledger of files asserted."""
 
-    def __init__(self, snapshot: SnapshotAssertion, config: pytest.Config) -> None:
-        self.assertion = snapshot.with_defaults(extension_class=GenguardSnapshotExtension)
+    def __init__(self, snapshot: SnapshotAssertion, config: pytest.Config, plan: Plan) -> None:
+        super().__init__(snapshot, plan)
         self.config = config
-
-    @property
-    def extension(self) -> GenguardSnapshotExtension:
-        ext = self.assertion.extension
-        if not isinstance(ext, GenguardSnapshotExtension):  # with_defaults() made it: never another class
-            raise TypeError(f"genguard_snapshot: unexpected syrupy extension {type(ext).__name__}")
-        return ext
-
-    @property
-    def name(self) -> str:
-        """The snapshot name the next assertion uses (``test_x``, ``test_x.1``, ``test_x[name]``)."""
-        a = self.assertion
-        return str(self.extension.get_snapshot_name(test_location=a.test_location, index=a.index))
-
-    @property
-    def location(self) -> Path:
-        """The shared snapshot file of the next assertion."""
-        a = self.assertion
-        return Path(self.extension.get_location(test_location=a.test_location, index=a.index))
-
-    def stored_text(self) -> str | None:
-        """The stored text of the next assertion's shared snapshot (None when it does not exist; OSError when it
-        cannot be read)."""
-        a = self.assertion
-        try:
-            data = a.session.recall_snapshot(self.extension, a.test_location, a.index)
-        except SnapshotDoesNotExist:
-            return None
-        return None if data is None else str(data)
 
     def run(
         self, data: Any, *, update: bool, forced: bool | None = None, read_from: Path | None = None
     ) -> AssertionResult:
         """Run syrupy's assertion (it writes when `update` and the data does not match: `forced=False` makes sure);
         `read_from` makes it read that file instead of the shared snapshot (per-env baselines)."""
-        a, ext = self.assertion, self.extension
-        saved = (a.update_snapshots, a.update_new_snapshots_only, ext.forced, ext.read_from)
-        a.update_snapshots, ext.forced, ext.read_from = update, forced, read_from
-        if forced is not None:
-            a.update_new_snapshots_only = False
-        try:
-            a.__eq__(data)
-        finally:
-            a.update_snapshots, a.update_new_snapshots_only, ext.forced, ext.read_from = saved
-        result = a.executions[a.num_executions - 1]
+        result = super().run(data, update=update, forced=forced, read_from=read_from)
         ledger = self.config.stash.get(keep.LEDGER_KEY, None)
         if ledger is not None:  # this file was asserted: --snapshot-update's keeping does not apply (see keep.py)
             ledger.asserted.add(str(result.snapshot_location))

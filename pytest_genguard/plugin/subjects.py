@@ -10,18 +10,19 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pytest_genguard.core import events
+from pytest_genguard.core import events, validation
 from pytest_genguard.core.bisect_hint import with_bisect_hint
 from pytest_genguard.core.compare import compare
-from pytest_genguard.core.comparison import Comparison, render
+from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.review import accepted_changes
 from pytest_genguard.core.tolerances import Overrides
-from pytest_genguard.core.trace import GenerationTrace, PromptTrace, TraceFormatError
+from pytest_genguard.core.trace import GenerationTrace, PromptTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf.decoding_settings import other_settings, requested_other_settings
 from pytest_genguard.hf.record import SETTING_KEYS
-from pytest_genguard.hf.verify import VerifyComparison, verify
+from pytest_genguard.hf.verify import verify
 from pytest_genguard.plugin.snapshot import GenguardSnapshotExtension
 
 __all__ = ["Recording", "Refused", "Subject", "Value", "Verified"]
@@ -119,7 +120,7 @@ class Recording:
     def requested(self, stored: GenerationTrace, setting_keys: tuple[str, ...], model: Any) -> GenerationTrace:
         """The stored trace with the prompts and settings this call asks for, to detect changed test arguments
         (`model`'s generation config is what record() starts from)."""
-        prompt_list = [self.prompts] if isinstance(self.prompts, str) else list(self.prompts or [])
+        prompt_list = validation.prompt_list(self.prompts, where="genguard_snapshot.verify()")
         by_text = {p.prompt: p for p in stored.prompts}
         new_prompts = tuple(by_text.get(text, PromptTrace(text, (), (), "length")) for text in prompt_list)
         stored_others = other_settings(stored.settings)
@@ -185,7 +186,7 @@ class Verified:
             raise Refused(refused, expected)
         self.comparison = cmp
         fix = self.rerecord.command(cmp.verdict)
-        detail = cmp.render(fix) if isinstance(cmp, VerifyComparison) else render(cmp, fix=fix)
+        detail = cmp.render(fix)
         return Outcome(cmp.verdict, with_bisect_hint(detail, cmp, self.rerecord.targets), cmp)
 
     def written(self) -> tuple[Any, str]:

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import trace_builder
 
 from pytest_genguard import cli
 from pytest_genguard.core.compare import compare
-from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint
 
 VOCAB = {0: "<|endoftext|>", 1: " the", 2: " quick", 3: " brown", 4: " fox", 5: "\udce2\udc82", 6: " [bold]dog"}
 
@@ -21,20 +22,15 @@ def make_trace(
     path: list[int], *, tie_at: int | None = None, gap: float = 3.0, weights: str = "a" * 64
 ) -> GenerationTrace:
     """One float32 prompt; at `tie_at` the runner-up is `gap` nats behind (elsewhere 3 nats)."""
-    steps = []
-    for i, tid in enumerate(path):
-        runner_up = 4 if tid != 4 else 3
-        second = -0.1 - (gap if i == tie_at else 3.0)
-        ids = (tid, runner_up, 1 if tid != 1 else 2)
-        steps.append(Step(tid, VOCAB[tid], -0.1, -0.1, ids, (-0.1, second, -6.0), -0.1))
-    prompt = PromptTrace("the quick", (1, 2), tuple(steps), "eos" if path[-1] == 0 else "length")
-    return GenerationTrace(
-        prompts=(prompt,),
-        settings={"max_new_tokens": 8, "mode": "greedy"},
-        model=ModelFingerprint("gpt2", "c" * 64, weights, 1000, "float32"),
-        tokenizer=TokenizerFingerprint("tiny", 512, "t" * 64),
-        environment={"torch": "2.13.0", "device": "cpu"},
-    )
+    steps = [
+        trace_builder.step(
+            [(tid, -0.1), (4 if tid != 4 else 3, -0.1 - (gap if i == tie_at else 3.0)), (1 if tid != 1 else 2, -6.0)],
+            text=VOCAB,
+        )
+        for i, tid in enumerate(path)
+    ]
+    model = ModelFingerprint("gpt2", "c" * 64, weights, 1000, "float32")
+    return trace_builder.trace(steps, prompts=["the quick"], finish=None, model=model)
 
 
 def write(path: Path, trace: GenerationTrace) -> Path:

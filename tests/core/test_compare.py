@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+import trace_builder
+from hypothesis import given, settings, strategies as st
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.jsontext import float32
 from pytest_genguard.core.tolerances import BFLOAT16, EXACT, FLOAT16, FLOAT32, LSE_ULPS, Tolerances, tolerances_for
-from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, Step, TokenizerFingerprint
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.strategies import environments, token_texts, traces
 
@@ -28,33 +29,11 @@ TOKENIZER = TokenizerFingerprint("tiny", 512, "abcdef012345" + "2" * 52)
 SETTINGS = {"do_sample": False, "max_new_tokens": 24, "top_k": 3}
 
 
-def step(top: list[tuple[int, float]], chosen: int | None = None, *, text: str | None = None) -> Step:
-    """A step whose raw top-k is `top` (best first); the chosen token defaults to the top-1."""
-    lps = dict(top)
-    token_id = top[0][0] if chosen is None else chosen
-    lp = lps.get(token_id, -20.0)
-    return Step(
-        token_id,
-        TEXT.get(token_id, "?") if text is None else text,
-        lp,
-        lp,
-        tuple(i for i, _ in top),
-        tuple(lps.values()),
-    )
+step = functools.partial(trace_builder.step, text=TEXT)
+"""A step whose raw top-k is `top` (best first); the chosen token defaults to the top-1."""
 
 
-def trace(
-    *paths: list[Step], finish: str = "eos", prompts: list[str] | None = None, **fields: object
-) -> GenerationTrace:
-    names = prompts or [f"prompt {i}" for i in range(len(paths))]
-    base = GenerationTrace(
-        prompts=tuple(PromptTrace(n, (1, 2), tuple(p), finish) for n, p in zip(names, paths, strict=True)),
-        settings=dict(SETTINGS),
-        model=MODEL,
-        tokenizer=TOKENIZER,
-        environment={"device": "cpu", "torch": "2.13.0"},
-    )
-    return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+trace = functools.partial(trace_builder.trace, settings=SETTINGS, model=MODEL, tokenizer=TOKENIZER)
 
 
 BASE = [

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from pytest_genguard import strategies
 from pytest_genguard.core.compare import compare

@@ -6,15 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trace_builder
 
 from pytest_genguard import cli
 from pytest_genguard.core.documents import parse_document
-from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step, TraceFormatError
+from pytest_genguard.core.errors import TraceFormatError
 
 
 def _trace(token: int) -> str:
-    step = Step(token, f"t{token}", -0.5, 1.0, (token, 9), (-0.5, -2.0))
-    return GenerationTrace(prompts=(PromptTrace("hi", (1,), (step,), "length"),), settings={"mode": "greedy"}).to_json()
+    step = trace_builder.step([(token, -0.5), (9, -2.0)], text=f"t{token}", score=1.0)
+    given = {"settings": {"mode": "greedy"}, "model": None, "tokenizer": None, "environment": {}}
+    return trace_builder.trace([step], prompts=["hi"], finish="length", prompt_ids=(1,), **given).to_json()
 
 
 def _conflicted() -> str:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import pytest
+import trace_builder
 from hypothesis import given, settings
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, render, summary_line
 from pytest_genguard.core.text import display_width, quote
-from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, Step, TokenizerFingerprint
 from pytest_genguard.core.verdict import SNAPSHOT_UPDATE, UPDATE_STALE, Verdict
 from pytest_genguard.strategies import traces
 
@@ -20,23 +22,13 @@ MODEL = ModelFingerprint("gpt2", "c0ffee" * 10, "1a2b3c4d5e6f" + "0" * 52, 12748
 TOKENIZER = TokenizerFingerprint("tiny", 512, "abcdef012345" + "0" * 52)
 
 
-def step(top: list[tuple[int, float]], chosen: int | None = None, *, text: str | None = None) -> Step:
-    lps = dict(top)
-    token_id = top[0][0] if chosen is None else chosen
-    lp = lps.get(token_id, -20.0)
-    token = TEXT.get(token_id, "?") if text is None else text
-    return Step(token_id, token, lp, lp, tuple(lps), tuple(lps.values()))
+step = functools.partial(trace_builder.step, text=TEXT)
 
 
-def trace(path: list[Step], *, finish: str = "eos", **fields: object) -> GenerationTrace:
-    base = GenerationTrace(
-        prompts=(PromptTrace("the quick", (1, 2), tuple(path), finish),),
-        settings={"do_sample": False, "max_new_tokens": 24, "top_k": 3},
-        model=MODEL,
-        tokenizer=TOKENIZER,
-        environment={"device": "cpu", "torch": "2.13.0"},
-    )
-    return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
+SETTINGS = {"do_sample": False, "max_new_tokens": 24, "top_k": 3}
+trace = functools.partial(
+    trace_builder.trace, prompts=["the quick"], settings=SETTINGS, model=MODEL, tokenizer=TOKENIZER
+)
 
 
 PATH = [

@@ -14,9 +14,10 @@ import torch
 import transformers
 from fake_torch import FakeTorch
 
+import pytest_genguard
 from pytest_genguard import finetune
 from pytest_genguard.hf.inputs import torch_device
-from pytest_genguard.hf.record import record
+from pytest_genguard.hf.record import generate_from_ids, record
 from pytest_genguard.hf.tiny import ARCHS, tiny_model, tiny_tokenizer
 
 LONG = "the " * 300  # 301 tokens with the tiny tokenizer; the tiny gpt2 and llama attend to 256 positions
@@ -264,3 +265,17 @@ def test_cpu_devices_and_none_are_accepted() -> None:
     assert torch_device(None, "finetune()") == torch.device("cpu")
     assert torch_device("cpu", "finetune()") == torch.device("cpu")
     assert torch_device(torch.device("cpu"), "finetune()") == torch.device("cpu")
+
+
+def test_every_entry_point_checks_prompts_with_one_validator_naming_itself(
+    models: dict[str, Any], tokenizer: Any
+) -> None:
+    model = models["gpt2"]
+    calls: dict[str, Any] = {
+        "assert_deterministic": lambda: pytest_genguard.assert_deterministic(model, tokenizer, [7], max_new_tokens=2),
+        "GenerationRecorder()": lambda: pytest_genguard.GenerationRecorder([7]),
+        "generate_from_ids()": lambda: generate_from_ids(model, tokenizer, [7], [[1]], max_new_tokens=2),
+    }
+    for where, call in calls.items():
+        with pytest.raises(ValueError, match=rf"^{re.escape(where)}: prompt 0 is int 7, not a string"):
+            call()

@@ -17,7 +17,8 @@ import filelock
 import pytest
 from readonly_support import unprivileged_python
 
-from pytest_genguard.hf.cache import ENV_VAR, CacheFolderError, cache_key, fetch
+from pytest_genguard import CacheFolderError
+from pytest_genguard.hf.cache import ENV_VAR, cache_key, fetch
 
 KEY = cache_key({"arch": "toy"})
 

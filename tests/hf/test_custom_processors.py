@@ -13,11 +13,10 @@ from invariant_support import PROBES, caught
 from snapshot_support import run
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from pytest_genguard import GenerationTrace, assert_well_formed, compare, verify
+from pytest_genguard import GenerationTrace, VerifyFallbackWarning, assert_well_formed, compare, verify
 from pytest_genguard.core import events
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.verify import VerifyFallbackWarning
 
 
 class BanTokens(LogitsProcessor):

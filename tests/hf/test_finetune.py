@@ -13,8 +13,9 @@ import pytest
 import torch
 import transformers
 
+from pytest_genguard import GenguardCacheWarning
 from pytest_genguard.core.files import file_sha256
-from pytest_genguard.hf.cache import HISTORY_FILE, MANIFEST, WEIGHTS_FILE, GenguardCacheWarning, cache_key
+from pytest_genguard.hf.cache import HISTORY_FILE, MANIFEST, WEIGHTS_FILE, cache_key
 from pytest_genguard.hf.finetune import FineTuned, cache_key_parts, finetune
 from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.recipe import DEFAULT_STEPS, Collator, Recipe, encoder_input, examples_for, recipe_hash

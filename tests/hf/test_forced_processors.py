@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from transformers import LogitsProcessorList
 
 from pytest_genguard import strategies
 from pytest_genguard.hf.forced_processors import apply_along_path
-from pytest_genguard.hf.teacher import build_processors
+from pytest_genguard.hf.rebuilt_processors import build_processors
 from pytest_genguard.hf.tiny import tiny_model
 
 GENGUARD = settings.get_profile(strategies.PROFILE)

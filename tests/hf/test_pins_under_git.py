@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_genguard.hf.pins import HISTORY_FILE, PIN_MANIFEST, PinError, read_pin
+from pytest_genguard import PinError
+from pytest_genguard.hf.pins import HISTORY_FILE, PIN_MANIFEST, read_pin
 
 REPO = Path(__file__).resolve().parents[2]
 PINS = REPO / "examples" / "__genguard_pins__"

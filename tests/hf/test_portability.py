@@ -21,8 +21,7 @@ from kernel_sets import params, supported
 from transformers import Seq2SeqTrainer, Trainer  # noqa: F401
 
 import pytest_genguard.hf.recorder  # noqa: F401
-from pytest_genguard.hf import recipe as recipe_module
-from pytest_genguard.hf import training as training_module
+from pytest_genguard.hf import recipe as recipe_module, training as training_module
 from pytest_genguard.hf.environment import cpu_model
 
 # weights_hash(tiny_model(arch, seed)): recorded once; every machine, kernel set and transformers version must agree.

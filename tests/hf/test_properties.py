@@ -10,8 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pytest_genguard import assert_deterministic, assert_processor_contract, assert_well_formed, strategies
 from pytest_genguard.hf.record import record

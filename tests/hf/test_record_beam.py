@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 import transformers
 
-from pytest_genguard import assert_well_formed, verify
+from pytest_genguard import VerifyFallbackWarning, assert_well_formed, verify
 from pytest_genguard.core.verdict import Verdict
-from pytest_genguard.hf.record import record
+from pytest_genguard.hf.record import generate_from_ids, record
 from pytest_genguard.hf.teacher import teacher_force
 from pytest_genguard.hf.tiny import ARCHS, probe_prompts, tiny_model, tiny_tokenizer
-from pytest_genguard.hf.verify import VerifyFallbackWarning
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -127,3 +126,23 @@ def test_a_beam_hypothesis_ended_by_a_stop_string_keeps_no_padding(tuned: Any) -
     assert first.finish_reason == "stop" and first.text.endswith(word)
     assert tokenizer.pad_token_id not in first.token_ids
     assert_well_formed(stopped)
+
+
+@pytest.mark.parametrize("stop", [False, True], ids=["beams", "beams-and-a-stop-string"])
+def test_generate_from_ids_records_what_record_records(tuned: Any, stop: bool) -> None:
+    # One pipeline: beam path lengths, stop-string padding and the texts of alternatives apply to both entry points.
+    if stop and tuned.model.config.is_encoder_decoder and int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip("transformers 4.5x passes tokenizer= on to T5's forward() with stop_strings")
+    tokenizer = tuned.tokenizer
+    prompts = list(probe_prompts())
+    kwargs: dict[str, Any] = {"num_beams": 3, "early_stopping": "never"}
+    if stop:
+        kwargs["stop_strings"] = [record(tuned.model, tokenizer, prompts, max_new_tokens=24)[0].text.split()[2]]
+    rows = [list(tokenizer(p)["input_ids"]) for p in prompts]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' notes on stop strings and beams
+        by_text = record(tuned.model, tokenizer, prompts, max_new_tokens=24, **kwargs)
+        by_ids, _, _ = generate_from_ids(tuned.model, tokenizer, prompts, rows, max_new_tokens=24, **kwargs)
+    assert any(len(p.steps) < 24 for p in by_text)  # hypotheses that ended early: path lengths matter
+    assert by_ids.token_texts  # the texts of the alternatives no step chose
+    assert by_ids.to_json() == by_text.to_json()

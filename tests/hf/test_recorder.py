@@ -13,8 +13,8 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pytest_genguard.core.compare import compare
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.history import Checkpoint, RecorderHistory, history_from_json, history_to_json
-from pytest_genguard.core.trace import TraceFormatError
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.recipe import Collator, Recipe, examples_for
@@ -261,10 +261,16 @@ def test_a_later_log_gives_the_checkpoint_of_its_step_that_steps_loss(hook_args:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"prompts": []}, "non-empty list of prompt strings"),
-        ({"prompts": ["a"], "every_n_steps": 0}, r"every_n_steps=0"),
-        ({"prompts": ["a"], "max_new_tokens": 0}, r"max_new_tokens=0"),
-        ({"prompts": ["a"], "top_k": 0}, r"top_k=0"),
+        ({"prompts": []}, r"GenerationRecorder\(\): prompts is empty"),
+        ({"prompts": ["a", 7]}, r"GenerationRecorder\(\): prompt 1 is int 7, not a string"),
+        (
+            {"prompts": ["a"], "every_n_steps": 0},
+            r"GenerationRecorder\(\): every_n_steps must be an integer >= 1, got 0",
+        ),
+        ({"prompts": ["a"], "max_new_tokens": 0}, r"max_new_tokens must be an integer >= 1, got 0\."),
+        ({"prompts": ["a"], "max_new_tokens": 2.5}, r"max_new_tokens must be an integer >= 1, got 2\.5"),
+        ({"prompts": ["a"], "top_k": 0}, r"top_k must be an integer >= 1, got 0\."),
+        ({"prompts": ["a"], "top_k": True}, r"top_k must be an integer >= 1, got True\."),
     ],
 )
 def test_bad_recorder_arguments_are_named(kwargs: dict[str, Any], message: str) -> None:

@@ -154,9 +154,9 @@ def _hook_args(tmp: Path) -> TrainingArguments:
     [
         ({}, r"nothing to record.*eval_examples=N"),
         ({"prompts": None, "eval_examples": 0}, r"nothing to record"),
-        ({"eval_examples": -1}, r"eval_examples=-1\): must be an integer >= 0"),
-        ({"eval_examples": True}, r"eval_examples=True"),
-        ({"eval_examples": 2, "eval_prompt_tokens": 0}, r"eval_prompt_tokens=0"),
+        ({"eval_examples": -1}, r"GenerationRecorder\(\): eval_examples must be an integer >= 0, got -1"),
+        ({"eval_examples": True}, r"eval_examples must be an integer >= 0, got True"),
+        ({"eval_examples": 2, "eval_prompt_tokens": 0}, r"eval_prompt_tokens must be an integer >= 1, got 0"),
         ({"eval_examples": 2, "every_n_steps": 5}, r"every_n_steps=5\).*no.*pass prompts"),
         ({"prompts": "x", "on_degenerate": "raise"}, r"on_degenerate='raise'\): must be None, 'warn' or 'stop'"),
     ],

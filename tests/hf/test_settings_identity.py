@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_genguard import Verdict, assert_well_formed, compare, record, verify
+from pytest_genguard import Verdict, VerifyFallbackWarning, assert_well_formed, compare, record, verify
 from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.hf.verify import VerifyFallbackWarning
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "__snapshots__"
 EXAMPLE = EXAMPLES / "test_decoding" / "test_greedy_path.genguard"

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 import pytest_genguard
+from pytest_genguard import VerifyFallbackWarning
 from pytest_genguard.core.events import to_json
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.teacher import teacher_force
-from pytest_genguard.hf.verify import VerifyFallbackWarning, verify
+from pytest_genguard.hf.verify import verify
 from pytest_genguard.plugin.tally import EVENTS_KEY
 
 PROMPTS = ["the quick brown", "a"]  # different lengths: the batch is left padded (right padded for t5)
@@ -74,7 +75,7 @@ def test_a_just_recorded_trace_verifies_within_the_fp32_defaults(arch: str, deco
     steps = sum(len(p.steps) for p in trace)
     assert steps >= len(PROMPTS) * 3
     assert result.stats.compared >= steps * 6  # logprob, score and 4 top-k values per step
-    assert result.environment_diff == ()  # same weights, same tokenizer
+    assert result.environment_diff == () and result.fingerprint_diff == ()  # same weights, same tokenizer
 
 
 def test_the_teacher_forced_trace_has_the_recorded_structure(tokenizer: Any) -> None:
@@ -101,8 +102,10 @@ def test_a_perturbed_model_is_a_regression_that_names_the_step_where_it_prefers_
     trace = pytest_genguard.record(model, tokenizer, PROMPTS, max_new_tokens=12, top_k=4)
     result = verify(model=_perturbed(model), tokenizer=tokenizer, trace=trace)
     assert result.verdict is Verdict.REGRESSION
-    changed = {name for name, _, _ in result.environment_diff}
+    changed = {name for name, _, _ in result.fingerprint_diff}
     assert "model.weights_hash" in changed and "model.config_hash" not in changed
+    assert not any(name.startswith("model.") for name, _, _ in result.environment_diff)  # one meaning per field
+    assert "model.weights_hash" in result.render()  # still listed under "environment differs"
     assert result.preferences, "greedy paths of a perturbed model change somewhere"
     first = result.preferences[0]
     recorded = trace.prompts[first.prompt_index].steps[first.step]

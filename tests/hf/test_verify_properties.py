@@ -8,8 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from transformers import GenerationConfig
 
 from pytest_genguard import strategies

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 import snapshot_support
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.plugin.stores import available_baselines, per_env_location, pick_baseline, resolve_baseline
@@ -440,7 +439,8 @@ def test_a_recorder_history_is_keyed_by_the_environment_of_its_checkpoints(pytes
     ]
 
 
-VERIFIED = """
+VERIFIED = (
+    """
 from pathlib import Path
 
 import pytest
@@ -450,19 +450,14 @@ import pytest_genguard
 
 HERE = Path(__file__).parent
 
-
-@pytest.fixture(scope="module")
-def model():
-    model = pytest_genguard.tiny_model("gpt2")
-    if (HERE / "perturb").exists():
-        with torch.no_grad():
-            model.transformer.h[0].mlp.c_proj.weight.mul_(3.0)
-    return model
-
+"""
+    + snapshot_support.PERTURBABLE_MODEL
+    + """
 
 def test_verified(genguard_snapshot, model):
     genguard_snapshot.verify(model, pytest_genguard.tiny_tokenizer(), ["the quick"], max_new_tokens=4)
 """
+)
 
 
 @pytest.mark.usefixtures("warm_imports")
@@ -475,7 +470,7 @@ def test_verify_checks_the_baseline_of_the_models_environment_and_rerecords_only
     shared = snapshot_support.snapshot_path(pytester, "test_verified")
     snapshot_support.age(shared)
     before = snapshot_support.file_state(shared)
-    (pytester.path / "perturb").touch()
+    snapshot_support.perturb(pytester.path)
     events(pytester)
     stale = snapshot_support.run(pytester, *PER_ENV)
     stale.assert_outcomes(failed=1)

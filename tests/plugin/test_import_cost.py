@@ -111,3 +111,22 @@ def test_a_submodule_import_binds_the_module_while_the_package_attribute_stays_t
     assert isinstance(record_module, types.ModuleType) and record_module.__name__ == "pytest_genguard.hf.record"
     assert pytest_genguard.record is record_module.record
     assert pytest_genguard.compare is compare_module.compare
+
+
+def test_the_type_checking_imports_name_the_exports_and_their_modules() -> None:
+    # `_EXPORTS` is the one list of the public API (`__all__` is derived from it); type checkers cannot read a
+    # dict, so the package repeats it as `TYPE_CHECKING` imports, and this keeps the two the same.
+    import ast
+
+    import pytest_genguard
+
+    tree = ast.parse(Path(pytest_genguard.__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    imported: dict[str, str] = {}
+    for node in block.body:
+        assert isinstance(node, ast.ImportFrom) and node.module is not None
+        for alias in node.names:
+            assert alias.asname == alias.name, f"write `{alias.name} as {alias.name}` (an explicit re-export)"
+            imported[alias.name] = node.module.removeprefix("pytest_genguard").removeprefix(".")
+    assert imported == pytest_genguard._EXPORTS
+    assert pytest_genguard.__all__ == sorted([*pytest_genguard._EXPORTS, "__version__"])

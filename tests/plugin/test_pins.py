@@ -19,7 +19,8 @@ import torch
 from transformers import Seq2SeqTrainer, Trainer  # noqa: F401
 
 import pytest_genguard.hf.recorder  # noqa: F401
-from pytest_genguard.hf.pins import PIN_MANIFEST, PinContent, PinError, read_pin, write_pin
+from pytest_genguard import PinError
+from pytest_genguard.hf.pins import PIN_MANIFEST, PinContent, read_pin, write_pin
 
 finetune_module = importlib.import_module("pytest_genguard.hf.finetune")
 

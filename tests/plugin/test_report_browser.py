@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import trace_builder
 
 from pytest_genguard.core import html
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.events import from_json
 from pytest_genguard.core.files import atomic_write_text
-from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, TokenizerFingerprint
 from pytest_genguard.plugin import report
 from pytest_genguard.plugin.tally import Tally
 
@@ -90,14 +91,17 @@ def script_state(dom: str) -> tuple[str | None, str | None]:
 
 def _trace(path: list[int], weights: str = "a" * 64, torch: str = "2.13.0") -> GenerationTrace:
     vocab = {0: "<|endoftext|>", 1: " the", 2: " quick", 3: " brown", 4: " fox", 5: "\udce2\udc82", 6: " <b>dog</b>"}
-    steps = []
-    for tid in path:
-        alts = [t for t in (3, 4, 6, 1, 0) if t != tid][:4]
-        lps = (-0.3, -1.6, -2.5, -3.5, -4.5)
-        steps.append(Step(tid, vocab[tid], -0.3, -0.3, (tid, *alts), lps, -0.3))
-    p = PromptTrace("the quick", (1, 2), tuple(steps), "eos" if path[-1] == 0 else "length")
-    return GenerationTrace(
-        prompts=(p,),
+    lps = (-1.6, -2.5, -3.5, -4.5)
+    steps = [
+        trace_builder.step(
+            [(tid, -0.3), *zip([t for t in (3, 4, 6, 1, 0) if t != tid][:4], lps, strict=True)], text=vocab
+        )
+        for tid in path
+    ]
+    return trace_builder.trace(
+        steps,
+        prompts=["the quick"],
+        finish=None,
         settings={"max_new_tokens": 12, "mode": "greedy"},
         model=ModelFingerprint("gpt2", "c" * 64, weights, 127_000, "float32"),
         tokenizer=TokenizerFingerprint("genguard-tiny-bpe", 512, "t" * 64),

@@ -11,13 +11,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import trace_builder
 
 from pytest_genguard.core import html
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.events import from_json
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.text import display_token
-from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint
 from pytest_genguard.plugin import report
 from pytest_genguard.plugin.tally import Tally
 
@@ -45,18 +46,9 @@ def make_trace(
     steps = []
     for i, tid in enumerate(path):
         alts = (alternatives or {}).get(i) or [(t, -3.0 - k) for k, t in enumerate(t for t in VOCAB if t != tid)][:4]
-        ids = (tid, *(a for a, _ in alts))
-        lps = (-0.05, *(lp for _, lp in alts))
-        steps.append(Step(tid, VOCAB[tid], -0.05, -0.05, ids, lps, -0.05))
-    finish = "eos" if path and path[-1] == 0 else "length"
-    prompt_trace = PromptTrace(prompt, (1, 2), tuple(steps), finish)
-    return GenerationTrace(
-        prompts=(prompt_trace,),
-        settings={"max_new_tokens": 8, "mode": "greedy"},
-        model=ModelFingerprint("gpt2", "c" * 64, weights, 1234, "float32"),
-        tokenizer=TokenizerFingerprint("tiny", 512, "t" * 64),
-        environment=environment or {"torch": "2.13.0", "device": "cpu"},
-    )
+        steps.append(trace_builder.step([(tid, -0.05), *alts], text=VOCAB))
+    model = ModelFingerprint("gpt2", "c" * 64, weights, 1234, "float32")
+    return trace_builder.trace(steps, prompts=[prompt], finish=None, model=model, environment=environment)
 
 
 def failure_event(expected: GenerationTrace, actual: GenerationTrace, nodeid: str = "t.py::test_greedy") -> dict:

@@ -4,7 +4,7 @@ re-generation), records it when asked (--snapshot-update), and applies the snaps
 from __future__ import annotations
 
 import pytest
-from snapshot_support import age, file_state, run, snapshot_path
+from snapshot_support import PERTURBABLE_MODEL, age, file_state, perturb, run, snapshot_path
 
 import pytest_genguard
 
@@ -19,7 +19,8 @@ def _warm_imports() -> None:
     assert pytest_genguard.verify(model, tokenizer, trace)
 
 
-VERIFIED = """
+VERIFIED = (
+    """
 from pathlib import Path
 
 import pytest
@@ -38,15 +39,9 @@ HERE = Path(__file__).parent
 def tok():
     return pytest_genguard.tiny_tokenizer()
 
-
-@pytest.fixture(scope="module")
-def model():
-    model = pytest_genguard.tiny_model("gpt2")
-    if (HERE / "perturb").exists():
-        with torch.no_grad():
-            model.transformer.h[0].mlp.c_proj.weight.mul_(3.0)
-    return model
-
+"""
+    + PERTURBABLE_MODEL
+    + """
 
 @pytest.fixture(autouse=True)
 def no_regeneration(monkeypatch):
@@ -63,6 +58,7 @@ def test_verified(genguard_snapshot, model, tok):
 def test_bare(genguard_snapshot, model, tok):
     genguard_snapshot.verify(model, tok)
 """
+)
 
 
 def _module(pytester: pytest.Pytester, max_new_tokens: int = 6) -> None:
@@ -109,7 +105,7 @@ def test_a_stored_trace_is_verified_without_regenerating_and_left_unchanged(reco
 def test_a_changed_model_makes_the_snapshot_stale_and_update_stale_rerecords_it(recorded: pytest.Pytester) -> None:
     path = snapshot_path(recorded, "test_verified")
     before = file_state(path)
-    (recorded.path / "perturb").touch()
+    perturb(recorded.path)
     result = run(recorded, "-k", "test_verified")
     result.assert_outcomes(failed=1, deselected=1)
     result.stdout.fnmatch_lines(

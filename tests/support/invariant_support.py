@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import trace_builder
 
 from pytest_genguard.core import events
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
@@ -20,7 +21,7 @@ EOS = 2
 def step(token_id: int, token: str, *, logprob: float = -0.1, best: float | None = None) -> Step:
     """A plausible greedy step: the chosen token is the raw top-1, its score the best score."""
     other = (token_id + 1) % 700 + 10
-    return Step(token_id, token, logprob, 1.5, (token_id, other), (logprob, logprob - 3.0), best)
+    return trace_builder.step([(token_id, logprob), (other, logprob - 3.0)], text=token, score=1.5, best=best)
 
 
 def hand_trace(*paths: list[tuple[int, str]], finish: str = "length", **settings: Any) -> GenerationTrace:

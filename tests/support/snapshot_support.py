@@ -15,6 +15,25 @@ from typing import Any
 
 import pytest
 
+PERTURBABLE_MODEL = """
+@pytest.fixture(scope="module")
+def model():
+    \"\"\"Tiny gpt2; a file "perturb" beside the test file scales one MLP weight (a changed model, see perturb()).\"\"\"
+    model = pytest_genguard.tiny_model("gpt2")
+    if (HERE / "perturb").exists():
+        with torch.no_grad():
+            model.transformer.h[0].mlp.c_proj.weight.mul_(3.0)
+    return model
+"""
+"""The `model` fixture of inner test files that verify a model and then a changed one (they import pytest, torch
+and pytest_genguard, and define HERE, the test file's folder)."""
+
+
+def perturb(folder: Path) -> None:
+    """Make the `PERTURBABLE_MODEL` fixture of the test files in `folder` change the model from the next run on."""
+    (folder / "perturb").touch()
+
+
 XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
 N2 = ("-n", "2")
 
