@@ -6,6 +6,7 @@ here). Run by .ci/run (GENGUARD_BISECT_E2E=1)."""
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,34 +31,53 @@ def genguard_bisect(*args: str) -> tuple[subprocess.CompletedProcess[str], float
     return done, seconds
 
 
-def test_bisect_names_5_23_0_for_the_repetition_penalty_on_left_padding():
-    # Recorded on 5.21.1 (the snapshot's environment is the default good release); 5.23.0 stopped penalising padding.
-    done, seconds = genguard_bisect(
-        "tests/bisect_cases/case_repetition_penalty.py::test_repetition_penalty_ignores_left_padding", "--bad", "5.23.0"
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "first release with another verdict: 5.23.0 (last with the good verdict: 5.22.2)" in done.stdout
-    assert "good       transformers 5.22.2: passed (identical)" in done.stdout
-    assert (
-        "first bad  transformers 5.23.0: regression: prompt 0 'the quick brown fox' diverges at step 4" in done.stdout
-    )
-    assert "recorded on transformers 5.21.1, now transformers 5.23.0" in done.stdout
-    assert seconds < MAX_SECONDS
+@dataclass(frozen=True)
+class Case:
+    """A committed snapshot recorded on `recorded`, the release to bisect up to, and what bisect must print."""
+
+    nodeid: str
+    recorded: str
+    bad: str
+    last_good: str
+    first_bad: str
+    good_verdict: str
+    divergence: str
 
 
-def test_bisect_names_5_19_0_for_the_length_penalty_that_turned_a_masked_eos_into_nan():
-    # Recorded on 5.17.0, where EOS scored NaN and greedy decoding stopped early; 5.19.0 keeps a masked EOS masked
-    # (ExponentialDecayLengthPenalty: penalty.masked_fill(~isfinite(eos score), 0)).
-    done, seconds = genguard_bisect(
+CASES = {
+    # 5.23.0 stopped penalising padding: generate() passes the pad lengths to RepetitionPenaltyLogitsProcessor
+    # (prompt_ignore_length), so a penalty below 1 no longer boosts <pad>.
+    "repetition_penalty": Case(
+        "tests/bisect_cases/case_repetition_penalty.py::test_repetition_penalty_ignores_left_padding",
+        recorded="5.21.1",
+        bad="5.23.0",
+        last_good="5.22.2",
+        first_bad="5.23.0",
+        good_verdict="passed (identical)",
+        divergence="diverges at step 4",
+    ),
+    # Up to 5.18.0 EOS scored NaN (masked by min_new_tokens, then length-penalised) and greedy decoding stopped early;
+    # 5.19.0 keeps a masked EOS masked (ExponentialDecayLengthPenalty: masked_fill(~isfinite(eos score), 0)).
+    "length_penalty_nan": Case(
         "tests/bisect_cases/case_length_penalty_nan.py::test_exponential_decay_length_penalty_while_eos_is_masked",
-        "--bad",
-        "5.19.0",
-    )
+        recorded="5.17.0",
+        bad="5.19.0",
+        last_good="5.18.0",
+        first_bad="5.19.0",
+        good_verdict="passed",
+        divergence="diverges at step 3",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_bisect_names_the_first_release_that_changed_the_verdict(case: Case) -> None:
+    done, seconds = genguard_bisect(case.nodeid, "--bad", case.bad)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "first release with another verdict: 5.19.0 (last with the good verdict: 5.18.0)" in done.stdout
-    assert "good       transformers 5.18.0: passed" in done.stdout
-    assert (
-        "first bad  transformers 5.19.0: regression: prompt 0 'the quick brown fox' diverges at step 3" in done.stdout
-    )
-    assert "recorded on transformers 5.17.0, now transformers 5.19.0" in done.stdout
+    found = f"first release with another verdict: {case.first_bad} (last with the good verdict: {case.last_good})"
+    assert found in done.stdout
+    assert f"good       transformers {case.last_good}: {case.good_verdict}" in done.stdout
+    bad = f"first bad  transformers {case.first_bad}: regression: prompt 0 'the quick brown fox' {case.divergence}"
+    assert bad in done.stdout
+    assert f"recorded on transformers {case.recorded}, now transformers {case.first_bad}" in done.stdout
     assert seconds < MAX_SECONDS
