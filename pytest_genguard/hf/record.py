@@ -98,14 +98,8 @@ def generate_from_ids(
         raise ValueError(f"generate_from_ids(): {len(call.prompts)} prompts but {len(rows)} rows of token ids.")
 
     def tokenize(pad_id: Any, left: bool) -> _Batch:
-        import torch
-
         pad = int(pad_id if isinstance(pad_id, int) else pad_id[0])
-        width = max(len(r) for r in rows)
-        ids = [[pad] * (width - len(r)) + list(r) if left else list(r) + [pad] * (width - len(r)) for r in rows]
-        mask = [[0] * (width - len(r)) + [1] * len(r) if left else [1] * len(r) + [0] * (width - len(r)) for r in rows]
-        batch = {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}
-        return _Batch(batch, [tuple(int(i) for i in r) for r in rows], decoder_rows)
+        return _Batch(_padded(rows, pad, left=left), [tuple(int(i) for i in r) for r in rows], decoder_rows)
 
     return _generate(model, tokenizer, call, tokenize)
 
@@ -208,8 +202,6 @@ def _encode(
 ) -> dict[str, torch.Tensor]:
     """The padded batch. A tokenizer without a pad token (GPT-2's own) cannot pad, so the batch is padded here with
     the id `generate()` pads with: padding is masked, so which id fills it does not change what is generated."""
-    import torch
-
     if tokenizer.pad_token_id is not None or len(prompts) == 1:
         batch = tokenizer(prompts, return_tensors="pt", padding=True)
         return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
@@ -218,9 +210,15 @@ def _encode(
             "record(): the tokenizer has neither a pad token nor an EOS token, so a batch of prompts cannot be padded; "
             "set one (tokenizer.pad_token = ...) or record the prompts one at a time."
         )
-    rows = [list(ids) for ids in tokenizer(prompts)["input_ids"]]
+    return _padded(tokenizer(prompts)["input_ids"], pad_id, left=left)
+
+
+def _padded(rows: Sequence[Sequence[int]], pad_id: int, *, left: bool) -> dict[str, torch.Tensor]:
+    """Rows of token ids padded with `pad_id` to one width, on the left (decoder-only) or the right, and their mask."""
+    import torch
+
     width = max(len(r) for r in rows)
-    ids = [[pad_id] * (width - len(r)) + r if left else r + [pad_id] * (width - len(r)) for r in rows]
+    ids = [[pad_id] * (width - len(r)) + list(r) if left else list(r) + [pad_id] * (width - len(r)) for r in rows]
     mask = [[0] * (width - len(r)) + [1] * len(r) if left else [1] * len(r) + [0] * (width - len(r)) for r in rows]
     return {"input_ids": torch.tensor(ids, dtype=torch.long), "attention_mask": torch.tensor(mask, dtype=torch.long)}
 
