@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core import events
+from pytest_genguard.core import events, validation
 from pytest_genguard.core.checks import fail_or_pass
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison, describe, headline, window
@@ -286,8 +286,8 @@ def assert_continuation_consistent(
     name = "assert_continuation_consistent"
     plist = prompt_list(prompts, where=name)
     _check_tolerances(tolerances, name)
-    if k < 1 or m < 1:
-        raise ValueError(f"{name}: k and m must be >= 1, got k={k}, m={m}")
+    k = validation.integer(k, "k", minimum=1, where=name)
+    m = validation.integer(m, "m", minimum=1, where=name)
     if decoding(model, tokenizer, generate_kwargs)[0] != "greedy":
         raise ValueError(f"{name}: only greedy decoding continues deterministically; drop do_sample/num_beams")
     full = _record(model, tokenizer, plist, max_new_tokens=k + m, top_k=top_k, **generate_kwargs)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core import events
+from pytest_genguard.core import events, validation
 from pytest_genguard.core.checks import fail_or_pass
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.validation import prompt_list
@@ -245,9 +245,8 @@ def assert_processor_contract(
     if not contracts:
         raise ValueError(f"{name}: pass at least one of {', '.join(given)}")
     for key in ("no_repeat_ngram_size", "min_new_tokens"):
-        value = contracts.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name}: {key} must be an integer >= 1, got {value!r}")
+        if contracts.get(key) is not None:
+            validation.integer(contracts[key], key, minimum=1, where=name)
     for key in ("repetition_penalty", "temperature"):
         value = contracts.get(key)
         if value is not None and not (isinstance(value, (int, float)) and value > 0):

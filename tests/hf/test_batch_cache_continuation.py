@@ -3,6 +3,7 @@ broken padding mask, a corrupted KV cache and an incremental-decoding position b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -103,3 +104,9 @@ def test_continuation_arguments_are_checked(tuned: Any) -> None:
         assert_continuation_consistent(tuned.model, tuned.tokenizer, PROBES, num_beams=2)
     with pytest.raises(ValueError, match="every prompt ends within k=30 tokens"):
         assert_continuation_consistent(tuned.model, tuned.tokenizer, PROBES, k=30, m=2)
+    for bad, shown in (
+        ({"k": 0}, "k must be an integer >= 1, got 0."),
+        ({"m": 2.5}, "m must be an integer >= 1, got 2.5"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(f"assert_continuation_consistent: {shown}")):
+            assert_continuation_consistent(tuned.model, tuned.tokenizer, PROBES, **bad)
