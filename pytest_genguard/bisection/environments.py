@@ -39,6 +39,7 @@ from filelock import FileLock
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
+from pytest_genguard.bisection.releases import public_release
 from pytest_genguard.core.errors import InstallError
 from pytest_genguard.core.files import atomic_write_text
 
@@ -261,7 +262,7 @@ class Environments:
     def is_home(self, version: str) -> bool:
         """Whether `version` is the release installed in the running environment (compared by public version)."""
         here = installed(self.base).get(_normal(self.package))
-        return here is not None and _public(here) == _public(version)
+        return here is not None and public_release(here) == public_release(version)
 
     def ensure(self, version: str) -> tuple[Path, bool]:
         """The python that runs `version`, and whether it was there already (this interpreter for the release
@@ -310,7 +311,7 @@ class Environments:
         self._uv([uv, "venv", "--quiet", "--python", self.python, str(folder)], env, version)
         python = str(folder / "bin" / "python")
         install = [uv, "pip", "install", "--quiet", "--python", python]
-        requirement = f"{self.package}=={_public(version)}"
+        requirement = f"{self.package}=={public_release(version)}"
         self._uv([*install, "--no-deps", requirement, *self.sources.uv_args()], env, version)
         missing = self._missing(folder)
         if missing:  # requirements this release has and the running environment does not meet: into the layer
@@ -339,8 +340,3 @@ class Environments:
             lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
             tail = " / ".join(line.strip() for line in lines[-3:]) or f"exit {done.returncode}"
             raise InstallError(f"{self.package} {version} does not install ({time.monotonic() - start:.0f} s): {tail}")
-
-
-def _public(version: str) -> str:
-    """``2.13.0+cpu`` -> ``2.13.0``: ``==`` on the public version also takes a local build such as the CPU wheel."""
-    return version.split("+", 1)[0]

@@ -13,7 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from pytest_genguard.core.errors import ReleaseError
 
-__all__ = ["ReleaseError", "between", "index_versions", "parse_version"]
+__all__ = ["ReleaseError", "between", "index_versions", "parse_version", "public_release"]
 
 
 def parse_version(text: str, what: str) -> Version:
@@ -46,22 +46,22 @@ def index_versions(package: str, *, pre: bool = False, python: str = sys.executa
     return [str(v) for v in versions]
 
 
+def public_release(version: str) -> Version:
+    """The release a version names: ``2.13.0+cpu`` (a local build, such as the CPU wheel) is release 2.13.0."""
+    return Version(Version(version).public)
+
+
 def between(available: Sequence[str], good: str, bad: str) -> list[str]:
     """The releases from `good` to `bad` (both included, ascending; either may be absent from `available`, e.g. a local
     ``+cpu`` build: it is compared by its public version and kept as given). Raises ReleaseError when good > bad."""
-    low, high = parse_version(good, "--good"), parse_version(bad, "--bad")
-    if Version(low.public) > Version(high.public):
+    low = public_release(str(parse_version(good, "--good")))
+    high = public_release(str(parse_version(bad, "--bad")))
+    if low > high:
         raise ReleaseError(f"--good {good} is newer than --bad {bad}: swap them")
     # By public version: a local build (2.13.0+cpu from a find-links folder) is the release it builds, and installs as
     # ``==2.13.0`` anyway; it must neither count twice nor fall between good and bad when it is the good one.
-    inner = sorted(
-        {
-            Version(Version(v).public)
-            for v in available
-            if _is_version(v) and Version(low.public) < Version(Version(v).public) < Version(high.public)
-        }
-    )
-    if Version(low.public) == Version(high.public):
+    inner = sorted({public_release(v) for v in available if _is_version(v) and low < public_release(v) < high})
+    if low == high:
         return [good]
     return [good, *(str(v) for v in inner), bad]
 
