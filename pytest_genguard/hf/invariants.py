@@ -257,8 +257,9 @@ def assert_cache_invariant(
     problems = [] if cmp.ok else _explain(cmp, "use_cache=False", "use_cache=True")
     head = f"generating with the KV cache differs from generating without it ({_tol(cmp)})" if problems else ""
     advice = (
-        "The KV cache must hold exactly what a full forward pass would compute: check custom cache classes, "
-        "past_key_values handling and the position ids / cache_position of incremental steps."
+        "The KV cache must hold exactly what a full forward pass would compute: check custom cache classes, how the "
+        "forward's cache argument is handled (`cache` since transformers 5.24, `past_key_values` before) and the "
+        "positions of incremental steps."
     )
     fail_or_pass(name, problems, head, advice, max_shown=_EXPLAIN_LINES)
 
@@ -327,7 +328,8 @@ def assert_continuation_consistent(
     problems = [] if cmp.ok else _explain(cmp, f"{k + m} tokens at once", f"{k} tokens, then continued from their ids")
     head = f"continuing after {k} tokens differs from generating {k + m} at once ({_tol(cmp)})" if problems else ""
     advice = (
-        "A prefill of several tokens must compute what one-token decode steps computed: check position ids and "
-        "cache_position of incremental steps, and attention masks of multi-token forwards."
+        "A prefill of several tokens must compute what one-token decode steps computed: check the position ids of "
+        "incremental steps (and `cache_position`, before transformers 5.24), and attention masks of multi-token "
+        "forwards."
     )
     fail_or_pass(name, problems, head, advice, max_shown=_EXPLAIN_LINES)

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 CI = WORKFLOWS / "ci.yml"
 GPU = WORKFLOWS / "gpu.yml"
+UPSTREAM = WORKFLOWS / "upstream.yml"
 DOCKERFILE = ROOT / "Dockerfile.cuda"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
@@ -83,7 +84,7 @@ def _dockerfile_instructions() -> list[tuple[str, str]]:
     return pairs
 
 
-@pytest.mark.parametrize("workflow", [CI, GPU], ids=lambda p: p.name)
+@pytest.mark.parametrize("workflow", [CI, GPU, UPSTREAM], ids=lambda p: p.name)
 def test_workflow_matches_the_github_workflow_schema(workflow: Path) -> None:
     result = _run(
         _tool("check-jsonschema"),
@@ -114,7 +115,7 @@ def test_hadolint_passes_the_cuda_dockerfile_without_warnings() -> None:
     assert not result.stdout.strip(), report
 
 
-@pytest.mark.parametrize("workflow", [CI, GPU], ids=lambda p: p.name)
+@pytest.mark.parametrize("workflow", [CI, GPU, UPSTREAM], ids=lambda p: p.name)
 def test_every_action_is_pinned_to_a_full_commit_sha(workflow: Path) -> None:
     data = _load(workflow)
     uses = [step["uses"] for step in _steps(data) if "uses" in step]
@@ -124,7 +125,7 @@ def test_every_action_is_pinned_to_a_full_commit_sha(workflow: Path) -> None:
     assert not unpinned, f"pin these to a 40-character commit SHA in {workflow.name}: {unpinned}"
 
 
-@pytest.mark.parametrize("workflow", [CI, GPU], ids=lambda p: p.name)
+@pytest.mark.parametrize("workflow", [CI, GPU, UPSTREAM], ids=lambda p: p.name)
 def test_shell_steps_take_no_template_expressions(workflow: Path) -> None:
     # An expression in `run:` is pasted into the script before the shell sees it: pass values
     # through `env:` and quote the variable instead.
@@ -133,7 +134,7 @@ def test_shell_steps_take_no_template_expressions(workflow: Path) -> None:
     assert not expanded, f"{workflow.name} expands expressions inside run: {expanded}"
 
 
-@pytest.mark.parametrize("workflow", [CI, GPU], ids=lambda p: p.name)
+@pytest.mark.parametrize("workflow", [CI, GPU, UPSTREAM], ids=lambda p: p.name)
 def test_workflow_reads_only_and_does_not_persist_credentials(workflow: Path) -> None:
     data = _load(workflow)
     assert data.get("permissions") == {"contents": "read"}
@@ -158,6 +159,25 @@ def test_cpu_ci_lints_types_and_tests_every_supported_python_on_cpu_torch() -> N
     ):
         assert command in scripts, f"ci.yml does not run {command!r}"
     assert scripts.index("whl/cpu") < scripts.index('".[test]"'), "CPU torch must come first"
+
+
+def test_upstream_job_runs_the_suite_weekly_on_transformers_pre_releases_and_main_and_torch_nightly() -> None:
+    data = _load(UPSTREAM)
+    triggers = data["on"] if "on" in data else data[True]  # YAML 1.1 reads a bare `on` as True
+    assert set(triggers) == {"schedule", "workflow_dispatch"} and triggers["schedule"][0]["cron"]
+    (job,) = data["jobs"].values()
+    combos = {(c["transformers"], c["torch"]) for c in job["strategy"]["matrix"]["include"]}
+    assert combos == {("pre-release", "release"), ("main", "release"), ("release", "nightly")}
+    scripts = "\n".join(step["run"] for step in job["steps"] if "run" in step)
+    for command in (
+        "--pre torch --index-url https://download.pytorch.org/whl/nightly/cpu",
+        "pip install --upgrade --pre transformers",
+        "git+https://github.com/huggingface/transformers",
+        "pytest tests/hf/test_negative_controls.py",
+        "pytest -n 2",
+    ):
+        assert command in scripts, f"upstream.yml does not run {command!r}"
+    assert scripts.index("whl/nightly/cpu") < scripts.index('".[test]"'), "CPU torch must come first"
 
 
 def test_gpu_gate_runs_the_cuda_image_on_a_gpu_runner_and_always_uploads_the_report() -> None:
