@@ -6,8 +6,10 @@ Each interpreter (a virtualenv with another torch, the package installed) record
 snapshots (`examples/test_decoding.py`: greedy, and sampled with seed 0) from the pin in `examples/__genguard_pins__`,
 in a subprocess with one torch thread; every other interpreter's traces are then compared with the first one's under
 genguard's own rule (`compare()`, fp32 defaults). The table gives the largest |logprob difference| over every
-compared value (chosen token and top-k) and whether the token paths are the same. Not part of `python -m benchmarks`:
-it needs one virtualenv per torch release.
+compared value (chosen token and top-k) and whether the token paths are the same. A second table says whether the
+random draws training and sampling take from one seed are the same as the reference's: dropout masks (`bernoulli_`),
+`torch.multinomial` samples and `randn` (torch 2.6 draws other masks and samples than 2.7 and later). Not part of
+`python -m benchmarks`: it needs one virtualenv per torch release.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PINS = ROOT / "examples" / "__genguard_pins__"
@@ -35,11 +38,20 @@ with tempfile.TemporaryDirectory() as cache:
     sampling = GenerationConfig(do_sample=True, temperature=1.5, top_k=50)
     sampled = gg.record(tuned.model, tuned.tokenizer, prompts, max_new_tokens=24, top_k=5, seed=0,
                         generation_config=sampling)
-print(json.dumps({"torch": torch.__version__, "greedy": greedy.to_json(), "sampled": sampled.to_json()}))
+draws = {}
+for name, draw in {
+    "dropout (bernoulli_)": lambda: torch.nn.functional.dropout(torch.ones(4096), 0.1, training=True),
+    "multinomial": lambda: torch.multinomial(torch.softmax(torch.randn(768), 0), 256, replacement=True),
+    "randn": lambda: torch.randn(4096),
+}.items():
+    torch.manual_seed(0)
+    draws[name] = draw().tolist()
+traces = {"greedy": greedy.to_json(), "sampled": sampled.to_json()}
+print(json.dumps({"torch": torch.__version__, **traces, "draws": draws}))
 """
 
 
-def record(python: str) -> dict[str, str]:
+def record(python: str) -> dict[str, Any]:
     """The greedy and sampled traces one interpreter records (its torch version under "torch")."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
@@ -51,7 +63,7 @@ def record(python: str) -> dict[str, str]:
     )
     if done.returncode != 0:
         raise SystemExit(f"cross_torch: {python} could not record the examples' traces:\n{done.stderr[-3000:]}")
-    result: dict[str, str] = json.loads(done.stdout.splitlines()[-1])
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return result
 
 
@@ -79,6 +91,12 @@ def main(pythons: list[str]) -> int:
                 f"| {run['torch']} | {kind} | {'yes' if same else 'no'} | {cmp.verdict.value} "
                 f"| {cmp.stats.max_abs:.3g} | {cmp.stats.worst or '-'} |"
             )
+    print()
+    print("| torch | " + " | ".join(reference["draws"]) + " |")
+    print("|---|" + "---|" * len(reference["draws"]))
+    for run in runs[1:]:
+        same = ["same" if run["draws"][name] == values else "other" for name, values in reference["draws"].items()]
+        print(f"| {run['torch']} | " + " | ".join(same) + " |")
     return 0
 
 
