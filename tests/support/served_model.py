@@ -45,5 +45,31 @@ def save(folder: Path, seed: int = 0) -> None:
     tiny_tokenizer().save_pretrained(folder)
 
 
+def other_model() -> tuple[Any, Any]:
+    """Another model, with another tokenizer (trained on the fine-tuning sentences alone): its snapshot is stale
+    against the served model, whose tokenizer gives the same prompt texts other ids."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from pytest_genguard.hf.tiny import build_tokenizer_json, finetune_texts, tiny_model
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(build_tokenizer_json(finetune_texts())),
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+    )
+    model = tiny_model("llama", 1, vocab_size=len(tokenizer), **OVERRIDES)
+    return model, tokenizer
+
+
+def snapshot(model: Any, tokenizer: Any, *, max_new_tokens: int = 12, top_k: int = 5) -> Any:
+    """The transformers trace the server is judged against: `PROMPTS`, greedy."""
+    from pytest_genguard import record
+
+    return record(model, tokenizer, list(PROMPTS), max_new_tokens=max_new_tokens, top_k=top_k)
+
+
 if __name__ == "__main__":
     save(Path(sys.argv[1]) if len(sys.argv) > 1 else MODEL_DIR)

@@ -44,20 +44,27 @@ def vllm_venv() -> Path:
     return Path(result.stdout.strip().splitlines()[-1])
 
 
+_HANDED_OUT: set[int] = set()  # ports given to servers still starting (not yet listening)
+
+
 def free_port() -> int:
-    """A port nothing listens on, in `PORTS_ENV`'s range when it is set."""
+    """A port nothing listens on and no server of this process was given, in `PORTS_ENV`'s range when it is set."""
     span = os.environ.get(PORTS_ENV, "")
     candidates: Sequence[int] = [0]
     if span:
         low, high = (int(x) for x in span.split("-"))
         candidates = range(low, high + 1)
     for port in candidates:
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return int(sock.getsockname()[1])
+            found = int(sock.getsockname()[1])
+        _HANDED_OUT.add(found)
+        return found
     raise ServerStartError(f"no free port in {span}")
 
 
@@ -86,8 +93,9 @@ class VLLMServer:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def start(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: str = "server") -> VLLMServer:
-    """Start vLLM serving `model_dir` in float32 (unless `extra` says otherwise) and wait for ``/health``."""
+def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: str = "server") -> VLLMServer:
+    """Start vLLM serving `model_dir` in float32 (unless `extra` says otherwise); `wait` for it to answer. Several
+    servers launched before waiting start side by side."""
     venv = vllm_venv()
     port = free_port()
     args = (
@@ -125,11 +133,15 @@ def start(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: st
             env=env,
             start_new_session=True,  # its own process group: stopped as a whole, never by name
         )
-    server = VLLMServer(f"http://127.0.0.1:{port}", process, log, args)
-    deadline = time.monotonic() + START_TIMEOUT
+    return VLLMServer(f"http://127.0.0.1:{port}", process, log, args)
+
+
+def wait(server: VLLMServer, timeout: float = START_TIMEOUT) -> VLLMServer:
+    """`server` once it answers ``/health``; `ServerStartError` with its log's end when it exits or times out."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise ServerStartError(f"vLLM exited with {process.returncode} while starting:\n{server.log_tail()}")
+        if server.process.poll() is not None:
+            raise ServerStartError(f"vLLM exited with {server.process.returncode} while starting:\n{server.log_tail()}")
         try:
             with urllib.request.urlopen(server.url + "/health", timeout=5) as response:
                 if response.status == 200:
@@ -138,13 +150,13 @@ def start(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: st
             pass
         time.sleep(2)
     server.stop()
-    raise ServerStartError(f"vLLM did not answer /health within {START_TIMEOUT:g} s:\n{server.log_tail()}")
+    raise ServerStartError(f"vLLM did not answer /health within {timeout:g} s:\n{server.log_tail()}")
 
 
 @contextlib.contextmanager
 def running(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: str = "server") -> Iterator[VLLMServer]:
     """A server for the duration of the block."""
-    server = start(model_dir, log_dir, extra=extra, name=name)
+    server = wait(launch(model_dir, log_dir, extra=extra, name=name))
     try:
         yield server
     finally:
