@@ -52,7 +52,7 @@ def probe(endpoint: Endpoint, model: str | None) -> ServerInfo:
     details: dict[str, JSONScalar] = {
         key: entry[key] for key in ("root", "max_model_len") if isinstance(entry.get(key), (str, int))
     }
-    tokenize = endpoint.try_get("/tokenize") is not None or _answers_tokenize(endpoint, model)
+    tokenize = _answers_tokenize(endpoint, model)
     return ServerInfo(
         engine="vllm",
         version=version.get("version") if isinstance(version, dict) else None,

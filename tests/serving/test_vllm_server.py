@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import vllm_server
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import environment_line
@@ -18,6 +19,7 @@ from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.serving.check import judge, worst_share
 from pytest_genguard.serving.http import Endpoint
+from pytest_genguard.serving.load import batch_variance
 from pytest_genguard.serving.record import record_server
 
 pytestmark = pytest.mark.vllm
@@ -115,7 +117,53 @@ def test_check_server_exit_codes(served_trace: Any, other_trace: Any, servers: d
     assert capped.returncode == 2 and "--max-logprobs 30" in capped.stderr, capped.stderr
 
 
-def test_an_unreachable_server_is_bad_input(served_trace: Any, servers: dict[str, Any]) -> None:
-    port = servers["float32"].url.rsplit(":", 1)[1]
+def test_nothing_listening_is_bad_input(served_trace: Any, float32_url: str) -> None:
+    record_server(Endpoint(float32_url), served_trace)  # the real server answers; an empty port does not
     with pytest.raises(ServerError, match="cannot reach the server"):
-        record_server(Endpoint(f"http://127.0.0.1:{int(port) + 50}"), served_trace)
+        record_server(Endpoint(f"http://127.0.0.1:{vllm_server.free_port()}"), served_trace)
+
+
+def test_the_served_model_under_load_holds_and_its_batch_variance_is_reported(
+    served_trace: Any, float32_url: str, record_property: Any
+) -> None:
+    background = [list(range(10, 10 + n)) for n in (3, 17, 40)]  # unrelated prompts of other lengths
+    alone, report = batch_variance(Endpoint(float32_url), served_trace, clients=4, rounds=2, background=background)
+    assert compare(served_trace, alone.trace).ok
+    assert report.runs == 8 and report.steps == sum(len(p.steps) for p in served_trace.prompts)
+    record_property("batch_variance", report.summary())
+    print(report.summary())  # CI's log keeps the finding
+    assert all(m.what != "token" for m in report.moved), report.summary()  # no path moved with batching
+
+
+def test_genguard_server_option_judges_existing_snapshot_tests_without_editing_them(
+    served_trace: Any, servers: dict[str, Any], tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_served.py").write_text(
+        "from pathlib import Path\n"
+        "from pytest_genguard.core.trace import GenerationTrace\n\n"
+        "def test_served(genguard_snapshot):\n"
+        "    trace = GenerationTrace.from_json(Path(__file__).with_name('served.json').read_text())\n"
+        "    assert trace == genguard_snapshot\n",
+        encoding="utf-8",
+    )
+    (project / "served.json").write_text(served_trace.to_json(), encoding="utf-8")
+    (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+
+    def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    created = pytest_run("--snapshot-update")
+    assert created.returncode == 0, created.stdout
+    holds = pytest_run("--genguard-server", servers["float32"].url)
+    assert holds.returncode == 0, holds.stdout
+    fails = pytest_run("--genguard-server", servers["eps"].url)
+    assert fails.returncode == 1 and "on the server (--genguard-server" in fails.stdout, fails.stdout
+    assert "regression" in fails.stdout

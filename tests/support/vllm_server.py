@@ -73,11 +73,13 @@ class VLLMServer:
     """One running server: its URL, its process and its log."""
 
     url: str
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None
     log: Path
     args: tuple[str, ...]
 
     def stop(self) -> None:
+        if self.process is None:  # not started here: not ours to stop
+            return
         """Stop the server's process group (the API server and the engine process it forks)."""
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
@@ -91,6 +93,13 @@ class VLLMServer:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def running_at(url: str) -> VLLMServer:
+    """A server someone else started (``GENGUARD_VLLM_URLS``), checked to answer ``/health``."""
+    with urllib.request.urlopen(url + "/health", timeout=10):
+        pass
+    return VLLMServer(url, None, Path("/dev/null"), ())
 
 
 def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: str = "server") -> VLLMServer:
@@ -140,8 +149,9 @@ def wait(server: VLLMServer, timeout: float = START_TIMEOUT) -> VLLMServer:
     """`server` once it answers ``/health``; `ServerStartError` with its log's end when it exits or times out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise ServerStartError(f"vLLM exited with {server.process.returncode} while starting:\n{server.log_tail()}")
+        process = server.process
+        if process is not None and process.poll() is not None:
+            raise ServerStartError(f"vLLM exited with {process.returncode} while starting:\n{server.log_tail()}")
         try:
             with urllib.request.urlopen(server.url + "/health", timeout=5) as response:
                 if response.status == 200:
