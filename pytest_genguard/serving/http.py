@@ -63,7 +63,23 @@ class Endpoint:
                 return None
             raise
 
+    def post_raw(self, path: str) -> bytes:
+        """The body a POST of `path` (no JSON) returns, for routes that answer without JSON; `ServerError`
+        otherwise."""
+        return self._request("POST", path, None)
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        raw = self._request(method, path, body)
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            start = raw[:80].decode("utf-8", "replace")
+            raise ServerError(
+                f"{self.url}: {method} {path}: the response is not JSON (it starts {start!r}); "
+                "is this the right server?"
+            ) from None
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None) -> bytes:
         where = f"{self.url}: {method} {path}"
         headers = {"Accept": "application/json"}
         data = None
@@ -75,25 +91,20 @@ class Endpoint:
         request = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read(_MAX_BODY + 1)
+                raw: bytes = response.read(_MAX_BODY + 1)
         except urllib.error.HTTPError as exc:
             detail = http_error_text(exc.read(4096))
             hint = (
-                " (set the server's API key in the environment variable " + API_KEY_ENV + ")"
-                if exc.code
-                in (
-                    401,
-                    403,
-                )
+                f" (set the server's API key in the environment variable {API_KEY_ENV})"
+                if exc.code in (401, 403)
                 else ""
             )
             raise ServerError(f"{where} answered HTTP {exc.code} {exc.reason}: {detail}{hint}") from exc
         except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, TimeoutError):
+            if isinstance(exc.reason, TimeoutError):
                 raise ServerError(self._timeout(where)) from None
             raise ServerError(
-                f"{where}: cannot reach the server ({reason}); is it running, and is the URL right?"
+                f"{where}: cannot reach the server ({exc.reason}); is it running, and is the URL right?"
             ) from None
         except TimeoutError:
             raise ServerError(self._timeout(where)) from None
@@ -101,13 +112,7 @@ class Endpoint:
             raise ServerError(f"{where}: the connection broke ({exc}); did the server stop or crash?") from None
         if len(raw) > _MAX_BODY:
             raise ServerError(f"{where}: the response is larger than {_MAX_BODY} bytes; is this the right server?")
-        try:
-            return json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            start = raw[:80].decode("utf-8", "replace")
-            raise ServerError(
-                f"{where}: the response is not JSON (it starts {start!r}); is this the right server?"
-            ) from None
+        return raw
 
     def _timeout(self, where: str) -> str:
         return (

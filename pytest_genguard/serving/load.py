@@ -42,6 +42,7 @@ class VarianceReport:
     runs: int
     steps: int
     moved: tuple[Moved, ...]
+    cache: str = "warm"  # which prefix-cache states the rounds covered: "warm", or "cold and warm"
 
     @property
     def worst(self) -> float:
@@ -49,10 +50,14 @@ class VarianceReport:
 
     def summary(self) -> str:
         if not self.moved:
-            return f"no batch variance: {self.runs} runs under load, {self.steps} steps each, bitwise as alone"
+            return (
+                f"no batch variance: {self.runs} runs under load (prefix cache {self.cache}), {self.steps} steps each, "
+                "bitwise as alone"
+            )
         tokens = sum(1 for m in self.moved if m.what == "token")
         lines = [
-            f"batch variance: {len(self.moved)} of {self.runs * self.steps} steps moved under load "
+            f"batch variance: {len(self.moved)} of {self.runs * self.steps} steps moved under load (prefix cache "
+            f"{self.cache}) "
             f"({tokens} chose another token), worst |Δlogprob| {self.worst:.3g}"
         ]
         lines += [f"  {m.run}: prompt {m.prompt} step {m.step} {m.what} |Δ| {m.delta:.3g}" for m in self.moved[:20]]
@@ -100,12 +105,16 @@ def batch_variance(
         mapping.generate(endpoint, info, ids, 16, 1)
 
     moved: list[Moved] = []
+    states = set()
     with ThreadPoolExecutor(max_workers=clients + max(len(background), 1)) as pool:
         for r in range(rounds):
+            cold = r % 2 == 0 and mapping.reset_cache is not None and mapping.reset_cache(endpoint)
+            states.add("cold" if cold else "warm")
             traffic = [pool.submit(noise, ids) for ids in background]
             traces = list(pool.map(client, range(clients)))
             for future in traffic:
                 future.result()
             for c, trace in enumerate(traces):
-                moved += moved_steps(alone.trace, trace, f"client {c}, round {r}")
-    return alone, VarianceReport(clients * rounds, steps, tuple(moved))
+                moved += moved_steps(alone.trace, trace, f"client {c}, round {r} ({'cold' if cold else 'warm'})")
+    cache = " and ".join(sorted(states))
+    return alone, VarianceReport(clients * rounds, steps, tuple(moved), cache)

@@ -71,3 +71,4 @@ class ServerMapping:
     score: Callable[[Endpoint, ServerInfo, Sequence[int], int, int], list[Scored]] | None
     generate: Callable[[Endpoint, ServerInfo, Sequence[int], int, int], Generated]
     logprobs: str = "raw"  # what its logprobs are: "raw" log-softmax of the logits, or after its processors
+    reset_cache: Callable[[Endpoint], bool] | None = None  # empty its prefix cache; False when it does not offer to

@@ -208,5 +208,19 @@ def _token_id(key: str, where: str) -> int:
         raise ServerError(f"{where}: {key!r} is not a token id (are tokens returned as ids?)") from None
 
 
-VLLM = ServerMapping(name="vllm", probe=probe, tokenize=tokenize, score=score, generate=generate)
+def reset_prefix_cache(endpoint: Endpoint) -> bool:
+    """Empty the server's prefix cache (``POST /reset_prefix_cache``, served only with ``VLLM_SERVER_DEV_MODE=1``);
+    False when the server does not offer it."""
+    try:
+        endpoint.post_raw("/reset_prefix_cache")
+    except ServerError as exc:
+        if getattr(exc.__cause__, "code", None) in (404, 405):
+            return False
+        raise
+    return True
+
+
+VLLM = ServerMapping(
+    name="vllm", probe=probe, tokenize=tokenize, score=score, generate=generate, reset_cache=reset_prefix_cache
+)
 """vLLM's mapping: teacher forcing through ``prompt_logprobs``."""

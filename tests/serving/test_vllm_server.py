@@ -130,6 +130,7 @@ def test_the_served_model_under_load_holds_and_its_batch_variance_is_reported(
     alone, report = batch_variance(Endpoint(float32_url), served_trace, clients=4, rounds=2, background=background)
     assert compare(served_trace, alone.trace).ok
     assert report.runs == 8 and report.steps == sum(len(p.steps) for p in served_trace.prompts)
+    assert report.cache == "cold and warm"  # the test servers empty their prefix cache on request
     record_property("batch_variance", report.summary())
     print(report.summary())  # CI's log keeps the finding
     assert all(m.what != "token" for m in report.moved), report.summary()  # no path moved with batching

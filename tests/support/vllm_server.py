@@ -131,6 +131,7 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
             "DO_NOT_TRACK": "1",
             "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
+            "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache: the batch-variance test's cold rounds
         }
     )
     log = log_dir / f"vllm-{name}-{port}.log"
