@@ -32,42 +32,45 @@ class DtypeEvidence:
 
 
 def grid_of(logprobs: Sequence[float]) -> float | None:
-    """The coarsest power-of-two grid the differences of one step's logprobs lie on, beyond float32 rounding; None
-    when they lie on none (float32 logits) or the step is too small to say."""
+    """The coarsest power-of-two grid the differences of one step's logprobs lie on, beyond float32 rounding; 0.0
+    when they lie on none (float32 logits); None when the step has too few distinct values to say."""
     values = [v for v in logprobs if math.isfinite(v)]
-    if len(values) < _MIN_VALUES:
-        return None
-    rounding = 2.0 * math.ulp(max(abs(v) for v in values) or 1.0) * 2.0**29  # a float32 ulp (float64 ulp * 2^29)
-    diffs = [v - values[0] for v in values[1:] if v != values[0]]
+    diffs = [v - values[0] for v in values[1:] if v != values[0]] if values else []
     if len(diffs) < _MIN_VALUES - 1:
         return None
+    rounding = 2.0 * math.ulp(max(abs(v) for v in values) or 1.0) * 2.0**29  # a float32 ulp (float64 ulp * 2^29)
     for exponent in range(0, -40, -1):
         grid = 2.0**exponent
         if grid < 8 * rounding:
-            return None
+            break
         if all(abs(d - round(d / grid) * grid) <= rounding for d in diffs):
             return grid
-    return None
+    return 0.0
 
 
 def infer_dtype(steps: Iterable[Sequence[float]]) -> DtypeEvidence:
     """The dtype the steps' top-k logprobs show: ``bfloat16`` when every informative step lies on a coarse grid (a
-    float16 server reads so too: both are 16-bit, neither is float32), ``float32`` otherwise."""
-    grids = [grid_of(step) for step in steps]
-    informative = [g for g in grids if g is not None]
-    off = sum(1 for g in grids if g is None)
-    if informative and not off:
-        coarse = max(informative)
+    float16 server reads so too: both are 16-bit, neither is float32), ``float32`` when some lie on none. Steps with
+    fewer than 4 distinct values say nothing; with none that says anything, `ValueError`: declare the dtype."""
+    grids = [g for g in (grid_of(step) for step in steps) if g is not None]
+    if not grids:
+        raise ValueError(
+            f"the served dtype cannot be read from the logprobs: no step has {_MIN_VALUES} distinct top-k values (a "
+            "snapshot recorded with top_k < 4?); declare the dtype the server computes in (--dtype, or dtype=)"
+        )
+    off = sum(1 for g in grids if g == 0.0)
+    if not off:
         return DtypeEvidence(
             "bfloat16",
             "inferred",
-            f"the top-k logprob differences of all {len(grids)} steps lie on a 2^{int(math.log2(coarse))} grid or "
-            "coarser: 16-bit logits",
+            f"the top-k logprob differences of all {len(grids)} informative steps lie on a 2^"
+            f"{int(math.log2(min(grids)))} grid or coarser: 16-bit logits",
         )
     return DtypeEvidence(
         "float32",
         "inferred",
-        f"{off} of {len(grids)} steps' top-k logprob differences lie on no power-of-two grid: float32 logits",
+        f"{off} of {len(grids)} informative steps' top-k logprob differences lie on no power-of-two grid: "
+        "float32 logits",
     )
 
 

@@ -96,12 +96,12 @@ def record_server(
         else:
             generated = mapping.generate(endpoint, info, p.prompt_ids, max(len(p.steps), 1), k)
             prompts.append(_regenerated(p, generated, reference))
-    evidence = resolve_dtype(
-        info.dtype,
-        declared,
-        (tuple(lp for _, lp in _tops(s)) for p in prompts for s in p.steps),
-        where=f"{info.url}",
-    )
+    try:
+        evidence = resolve_dtype(
+            info.dtype, declared, (tuple(lp for _, lp in _tops(s)) for p in prompts for s in p.steps), where=info.url
+        )
+    except ValueError as exc:
+        raise ServerError(f"{info.url}: {exc}") from None
     environment: dict[str, JSONScalar] = {
         "engine": info.label(mode),
         "server": info.url,
