@@ -84,6 +84,11 @@ def record_server(
     if mode == "teacher forced" and mapping.score is None:
         mode = "regenerated"  # the server can only continue: its own decoding is what can be judged
     greedy = _plain_greedy(reference)
+    if mode == "regenerated" and not greedy:
+        raise ValueError(
+            "record_server(mode='regenerated'): the server's own decoding is greedy (temperature 0, no processors); "
+            "it judges greedy snapshots decoded without processors only: teacher force this one"
+        )
     prompts = []
     for i, p in enumerate(reference.prompts):
         if not p.prompt_ids:

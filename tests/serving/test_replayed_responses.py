@@ -195,3 +195,9 @@ def test_an_api_key_is_sent_from_the_environment(snapshot: GenerationTrace, monk
     r.routes[("GET", "/version")] = Reply(401, {"error": {"message": "unauthorized"}})
     with serving(r), pytest.raises(ServerError, match=r"HTTP 401 .*unauthorized.*GENGUARD_SERVER_API_KEY"):
         Endpoint(r.url).get("/version")
+
+
+def test_a_sampled_snapshot_is_not_judged_by_the_servers_greedy_decoding(snapshot: GenerationTrace) -> None:
+    sampled = dataclasses.replace(snapshot, settings={**snapshot.settings, "do_sample": True, "mode": "sample"})
+    with serving(replay(*EXCHANGES)) as r, pytest.raises(ValueError, match="judges greedy snapshots"):
+        record_server(Endpoint(r.url), sampled, mode="regenerated")
