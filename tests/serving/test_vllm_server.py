@@ -168,3 +168,27 @@ def test_genguard_server_option_judges_existing_snapshot_tests_without_editing_t
     fails = pytest_run("--genguard-server", servers["eps"].url)
     assert fails.returncode == 1 and "on the server (--genguard-server" in fails.stdout, fails.stdout
     assert "regression" in fails.stdout
+
+
+def test_the_served_model_example_judges_the_real_server(servers: dict[str, Any]) -> None:
+    root = Path(__file__).resolve().parents[2]
+    example = root / "examples" / "test_served_model.py"
+    snapshots = root / "examples" / "__snapshots__" / "test_served_model"
+
+    def run(url: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", str(example), "-p", "no:cacheprovider", "-q", "--genguard-server", url],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    holds = run(servers["float32"].url)
+    assert holds.returncode == 0, holds.stdout[-3000:]
+    regressed = run(servers["eps"].url)
+    assert regressed.returncode == 1 and "on the server (--genguard-server" in regressed.stdout, regressed.stdout[
+        -3000:
+    ]
+    assert _cli(servers["float32"].url, str(snapshots)).returncode == 0
+    assert _cli(servers["bfloat16"].url, str(snapshots)).returncode == 1
