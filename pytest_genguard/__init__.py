@@ -48,6 +48,8 @@ _EXPORTS: dict[str, str] = {
     "BisectError": "core.errors",
     "ReleaseError": "core.errors",
     "InstallError": "core.errors",
+    "ServerError": "core.errors",
+    "ServerStale": "core.errors",
     # torch side
     "tiny_tokenizer": "hf.tiny",
     "tiny_model": "hf.tiny",
@@ -108,6 +110,8 @@ if TYPE_CHECKING:
         InstallError as InstallError,
         PinError as PinError,
         ReleaseError as ReleaseError,
+        ServerError as ServerError,
+        ServerStale as ServerStale,
         TraceFormatError as TraceFormatError,
         VerifyFallbackWarning as VerifyFallbackWarning,
     )

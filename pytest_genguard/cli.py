@@ -1,5 +1,6 @@
 """The `genguard` console script: look at a trace, compare two traces, render a snapshots folder as HTML, bisect the
-release that changed a snapshot test (`genguard bisect`, exit codes in `pytest_genguard.bisection.report`).
+release that changed a snapshot test (`genguard bisect`, exit codes in `pytest_genguard.bisection.report`), judge a
+running server against snapshots (`genguard check-server`, exit codes in `pytest_genguard.serving.check`).
 
 Exit codes: 0 when the command did its job (for `diff`: the comparison holds), 1 when `diff` finds a regression or a
 stale trace, 2 for bad input (a missing or unreadable file, a corrupt trace, wrong arguments). Never a traceback for
@@ -302,6 +303,31 @@ def bisect_command(
     return EXIT_CODES[result.outcome]
 
 
+def check_server_command(
+    url: str, paths: Sequence[Path], *, model: str | None, dtype: str | None, timeout: float
+) -> int:
+    """`genguard check-server`: every trace snapshot in `paths` (files, or folders searched for them) judged against
+    the server at `url`; exit codes in `pytest_genguard.serving.check`. Needs neither torch nor transformers."""
+    from pytest_genguard.core.errors import ServerError  # the HTTP side loads for this command only
+    from pytest_genguard.serving.check import check_traces
+    from pytest_genguard.serving.http import Endpoint
+
+    traces: list[tuple[str, GenerationTrace]] = []
+    for path in paths:
+        files = find_trace_files(path) if path.is_dir() else [path]
+        if path.is_dir() and not files:
+            raise CliError(f"{path}: no trace files found (snapshots are .genguard files under __snapshots__)")
+        for file in files:
+            doc = load_document(file)
+            if doc.is_history:
+                raise CliError(f"{file}: a recorder history; check-server judges trace snapshots")
+            traces.append((str(file), doc.traces[0][1]))
+    try:
+        return check_traces(Endpoint.from_env(url, timeout=timeout), traces, model=model, dtype=dtype, out=sys.stdout)
+    except (ServerError, ValueError) as exc:
+        raise CliError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="genguard", description="Look at and compare pytest-genguard trace files (snapshots, references)."
@@ -336,6 +362,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="local wheel folder for the probe environments (added to pip's find-links, which are always used)",
     )
+    p_check = sub.add_parser(
+        "check-server",
+        help="judge a running server (vLLM) against snapshots (exit 0 hold, 1 regression, 2 bad input, 3 stale)",
+    )
+    p_check.add_argument("url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p_check.add_argument("paths", type=Path, nargs="+", metavar="SNAPSHOT", help="a .genguard file or a folder of them")
+    p_check.add_argument("--model", default=None, help="the served model's name (default: the one it serves)")
+    p_check.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "float16", "bfloat16"),
+        help="the dtype the server computes in, when it does not report it (default: inferred from the logprobs)",
+    )
+    p_check.add_argument("--timeout", type=_tolerance, default=120.0, help="seconds per request (default: 120)")
     p_report = sub.add_parser("report", help="render every trace under a folder into one HTML file")
     p_report.add_argument("folder", type=Path, metavar="DIR")
     p_report.add_argument(
@@ -365,6 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tie_tol=args.tie_tol,
                 check_fingerprints=not args.ignore_fingerprints,
             )
+        if args.command == "check-server":
+            return check_server_command(args.url, args.paths, model=args.model, dtype=args.dtype, timeout=args.timeout)
         if args.command == "bisect":
             return bisect_command(args.nodeid, args.package, args.good, args.bad, args.pre, args.find_links)
         return report(args.folder, args.output)

@@ -342,6 +342,8 @@ def environment_line(cmp: Comparison) -> str | None:
         if key not in moved or (key == "attn_implementation" and "engine" in moved):
             continue  # an engine has no transformers attention implementation: its name says it all
         old, new = moved[key]
+        if key != "engine" and "engine" in moved and (old is None or new is None):
+            continue  # a server's trace has no torch or transformers of its own: the engine's name says what ran
         if key == "engine":  # the side without an engine is transformers itself
             old, new = old or "transformers", new or "transformers"
         before.append(f"{label}{_bare(old)}")

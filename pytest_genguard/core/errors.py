@@ -21,6 +21,8 @@ __all__ = [
     "InstallError",
     "PinError",
     "ReleaseError",
+    "ServerError",
+    "ServerStale",
     "TraceFormatError",
     "VerifyFallbackWarning",
 ]
@@ -78,3 +80,14 @@ class ReleaseError(GenguardError):
 
 class InstallError(GenguardError):
     """`bisect()` could not install a release (the message holds uv's last lines); the search skips it."""
+
+
+class ServerError(GenguardError):
+    """A server genguard judges could not answer as asked (unreachable, an HTTP error, a timeout, a malformed or
+    short response, a model it does not serve, a logprobs cap below the snapshot's top-k): the message names the
+    server, the request and what to do. Nothing is written."""
+
+
+class ServerStale(GenguardError):
+    """The server serves something the snapshot was not recorded with, found before any value is compared (its
+    tokenizer turns the snapshot's prompt text into other ids): re-record the snapshot, or point at the right model."""

@@ -80,6 +80,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="shared",
         help="snapshots shared by all environments (default), or kept per environment class (cpu-float32, ...).",
     )
+    group.addoption(
+        "--genguard-server",
+        metavar="URL",
+        default=None,
+        help="also judge a running server (vLLM) against every snapshot the tests assert, teacher forced over HTTP.",
+    )
+    group.addoption("--genguard-server-model", metavar="NAME", default=None, help="the served model's name.")
     parser.addini("genguard_atol", "absolute tolerance for logprobs (default: by dtype)", default="")
     parser.addini("genguard_rtol", "relative tolerance for logprobs (default: by dtype)", default="")
     parser.addini(

@@ -129,6 +129,8 @@ class Settings:
     cache_dir: Path | None = None
     rootdir: Path = field(default_factory=Path.cwd)
     pin_dir: Path = field(default_factory=lambda: Path.cwd() / "__genguard_pins__")
+    server: str | None = None  # --genguard-server: also judge this running server against every snapshot
+    server_model: str | None = None
 
     def tolerance_overrides(self) -> Overrides:
         """The ini tolerances that are set (the rest come from the dtype defaults)."""
@@ -201,7 +203,18 @@ def settings_from_config(config: pytest.Config) -> Settings:
         cache_dir=_cache_dir(config),
         rootdir=config.rootpath,
         pin_dir=config.rootpath / str(config.getini("genguard_pin_dir") or "__genguard_pins__"),
+        server=_server(config),
+        server_model=config.getoption("genguard_server_model") or None,
     )
+
+
+def _server(config: pytest.Config) -> str | None:
+    url = config.getoption("genguard_server")
+    if url and not str(url).startswith(("http://", "https://")):
+        raise pytest.UsageError(
+            f"--genguard-server {url}: write the server's URL with its scheme, e.g. http://127.0.0.1:8000"
+        )
+    return str(url) if url else None
 
 
 def settings(config: pytest.Config) -> Settings:

@@ -35,6 +35,7 @@ from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf import record as recording_module  # looked up per call: tests replace record()
 from pytest_genguard.hf.environment import environment
 from pytest_genguard.plugin.reference import on_trace
+from pytest_genguard.plugin.server_check import judge_stored
 from pytest_genguard.plugin.settings import Settings, settings
 from pytest_genguard.plugin.snapshot import (
     GenguardSnapshotExtension,
@@ -284,6 +285,16 @@ class GenguardSnapshot:
         self._emit(written.status, detail, failure=False, **fields)
         return True
 
+    def _server(self, store: Store) -> bool:
+        """``--genguard-server``: the running server judged against the stored snapshot too, once the test's own check
+        compared and held (True without the option, or when the assertion wrote the snapshot)."""
+        if self.last_comparison is None or not self.last_comparison.ok:
+            return True
+        lines = judge_stored(self._config, store.read(), store.source, self.last_name)
+        if lines is not None:
+            self.explanation = lines
+        return lines is None
+
     # ------------------------------------------------------------------------------------------------ assert ==
 
     def __eq__(self, other: object) -> bool:
@@ -305,7 +316,7 @@ class GenguardSnapshot:
             store = self._store(first.environment if first is not None else {})
         else:
             store = self._store(None)
-        ok = self._check(subject, store)
+        ok = self._check(subject, store) and self._server(store)
         self._reference(other, index)
         return ok
 
@@ -370,7 +381,7 @@ class GenguardSnapshot:
         subject = Verified(
             model, tokenizer, recording, record, self.overrides, self._syrupy.plan.rerecord, self.refusal
         )
-        if not self._check(subject, store):
+        if not (self._check(subject, store) and self._server(store)):
             raise AssertionError("\n".join(self.explanation))
         if subject.comparison is None:  # written (recorded for the first time): nothing was compared
             return compare(subject.counted(), subject.counted())

@@ -1,0 +1,65 @@
+"""``--genguard-server URL``: every snapshot assertion of the run also judges a running server against the stored
+trace, without editing the tests (``assert trace == genguard_snapshot`` and ``genguard_snapshot.verify()`` alike).
+
+After the test's own check holds, the stored snapshot's prompts are teacher forced through the server
+(`pytest_genguard.serving`) and compared by the same rule; a regression, a stale server (another tokenizer) or a
+server that cannot answer fails the assertion with the server's explanation. The outcome is a ``snapshot`` event with
+``via: "server"``. Recorder histories are not judged (a server serves one model, not a training run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_genguard.core import events
+from pytest_genguard.core.documents import parse_document
+from pytest_genguard.core.errors import ServerError, TraceFormatError
+from pytest_genguard.core.events import CheckEvent
+from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.core.verdict import Status, Verdict
+from pytest_genguard.plugin.settings import settings
+
+__all__ = ["judge_stored"]
+
+
+def judge_stored(config: pytest.Config, stored: str | None, source: str, name: str) -> list[str] | None:
+    """The failure lines when the server at ``--genguard-server`` does not hold `stored` (None: it holds, there is
+    no server option, or nothing to judge)."""
+    current = settings(config)
+    if current.server is None or stored is None:
+        return None
+    try:
+        document = parse_document(stored, source)
+    except TraceFormatError:
+        return None  # the test's own check reported the unreadable file
+    if not isinstance(document, GenerationTrace):
+        return None
+    from pytest_genguard.serving.check import judge, worst_share  # the HTTP side loads with the option only
+    from pytest_genguard.serving.http import Endpoint
+
+    server = f"--genguard-server {current.server}"
+    try:
+        judged = judge(Endpoint.from_env(current.server), document, label=source, model=current.server_model)
+    except ServerError as exc:
+        lines = [f"genguard snapshot {name!r} ({source}) could not be judged on the server ({server}):", str(exc)]
+        _emit(Status.INVALID, lines, name, failure=True)
+        return lines
+    if judged.comparison is None:
+        lines = [f"genguard snapshot {name!r} ({source}) is stale on the server ({server}):", str(judged.stale)]
+        _emit(Verdict.STALE, lines, name, failure=True)
+        return lines
+    comparison = judged.comparison
+    share, where = worst_share(comparison)
+    head = f"genguard snapshot {name!r} ({source}) on the server ({server}): {comparison.verdict}"
+    if comparison.ok:
+        _emit(comparison.verdict, [f"{head}; worst drift {share:.2%} of the allowance ({where})"], name, failure=False)
+        return None
+    lines = [head, *str(comparison).splitlines()]
+    _emit(comparison.verdict, lines, name, failure=True, expected=stored, actual=comparison.actual.to_json())
+    return lines
+
+
+def _emit(verdict: Verdict | Status, lines: list[str], name: str, *, failure: bool, **fields: Any) -> None:
+    events.emit(CheckEvent("snapshot", verdict, failure, lines[0], "\n".join(lines), name, via="server", **fields))

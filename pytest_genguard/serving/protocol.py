@@ -1,0 +1,74 @@
+"""What genguard needs from a server, whatever its API: the shapes every server mapping returns.
+
+A server mapping (`vllm.py`; SGLang, TGI, llama.cpp would be one module each) says how to probe the server, how to
+score a given token sequence in one request (teacher forcing), and how to let it generate (its own decoding, the
+fallback). `record.py` turns these shapes into a trace the comparison rule judges; it never sees the server's JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.serving.http import Endpoint
+
+__all__ = ["MODES", "Generated", "Scored", "ServerInfo", "ServerMapping"]
+
+MODES = ("teacher forced", "regenerated")
+"""How a server is judged, best first: teacher forcing the whole path in one request (the server scores the given
+token sequence), or the server's own decoding compared as a regenerated trace (where it can only continue)."""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What a server says about itself, probed once."""
+
+    engine: str  # "vllm"
+    version: str | None
+    url: str
+    model: str  # the served model name requests name
+    details: Mapping[str, JSONScalar] = field(default_factory=dict)  # what else it reported (root, max_model_len)
+    tokenize: bool = False  # it serves /tokenize
+    dtype: str | None = None  # the served dtype, when the server reports it
+
+    def label(self, mode: str) -> str:
+        """``vllm 0.32.0 at http://127.0.0.1:8000, teacher forced``: the environment line's name of this server."""
+        version = f" {self.version}" if self.version else ""
+        return f"{self.engine}{version} at {self.url}, {mode}"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One position the server scored: the token there, its logprob, and the top-k as (id, logprob), best first."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+    token_text: str | None = None  # how the server decodes the token, when it says
+
+
+@dataclass(frozen=True)
+class Generated:
+    """The server's own decoding of one prompt: the tokens it chose, scored, and why it stopped."""
+
+    steps: tuple[Scored, ...]
+    finish_reason: str  # genguard's: "eos" or "length"
+
+
+@dataclass(frozen=True)
+class ServerMapping:
+    """One server API: probe it, tokenize text, score a given sequence, and let it generate.
+
+    `score(endpoint, info, ids, start, k)` returns one `Scored` per position from `start` to the end of `ids` (the
+    logprob of ``ids[p]`` given ``ids[:p]``, and the top-k there), in one request; None where the server cannot
+    score a given sequence. `generate(endpoint, info, prompt_ids, max_tokens, k)` decodes greedily.
+    """
+
+    name: str
+    probe: Callable[[Endpoint, str | None], ServerInfo]
+    tokenize: Callable[[Endpoint, ServerInfo, str], tuple[int, ...]]
+    score: Callable[[Endpoint, ServerInfo, Sequence[int], int, int], list[Scored]] | None
+    generate: Callable[[Endpoint, ServerInfo, Sequence[int], int, int], Generated]
+    logprobs: str = "raw"  # what its logprobs are: "raw" log-softmax of the logits, or after its processors
+    reset_cache: Callable[[Endpoint], bool] | None = None  # empty its prefix cache; False when it does not offer to

@@ -1,0 +1,226 @@
+"""vLLM's OpenAI-compatible server, mapped to what genguard needs (`protocol.ServerMapping`).
+
+- probe: ``GET /version`` (its release), ``GET /v1/models`` (the served name, its root folder, ``max_model_len``),
+  whether ``POST /tokenize`` answers. vLLM does not report the dtype it serves in.
+- score (teacher forcing): ``POST /v1/completions`` with the prompt as token ids (the snapshot's prompt ids and
+  path), ``max_tokens: 1`` and ``prompt_logprobs: K``: every position gets its token's logprob, rank and the top-K,
+  keyed by token id, in one request.
+- generate (the server's own decoding): ``temperature: 0``, ``logprobs: K`` and ``return_tokens_as_token_ids``.
+
+A request for more logprobs than the server's ``--max-logprobs`` (default 20) is a 400 this module turns into an error
+naming the flag.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pytest_genguard.core.errors import ServerError
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.serving.http import Endpoint
+from pytest_genguard.serving.protocol import Generated, Scored, ServerInfo, ServerMapping
+
+__all__ = ["VLLM", "completion_request", "generation_request", "parse_generated", "parse_scored"]
+
+_CAP = re.compile(r"greater than max allowed: (\d+)")
+_ID_KEY = re.compile(r"token_id:(-?\d+)$")
+
+
+def probe(endpoint: Endpoint, model: str | None) -> ServerInfo:
+    """What the server at `endpoint` serves; `model` None takes the one it serves (an error when it serves several)."""
+    version = endpoint.try_get("/version")
+    models = endpoint.get("/v1/models")
+    data = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(data, list) or not all(isinstance(m, dict) and isinstance(m.get("id"), str) for m in data):
+        raise ServerError(f"{endpoint.url}: GET /v1/models: no model list in the response ({str(models)[:200]})")
+    served = [m["id"] for m in data]
+    if model is None:
+        if len(served) != 1:
+            raise ServerError(
+                f"{endpoint.url}: GET /v1/models: the server serves {len(served)} models ({', '.join(served)}); "
+                "name one with --model"
+            )
+        model = served[0]
+    if model not in served:
+        raise ServerError(
+            f"{endpoint.url}: GET /v1/models: model {model!r} is not served (it serves {', '.join(served) or 'none'}); "
+            "pass one of those with --model, or start the server with the model"
+        )
+    entry = next(m for m in data if m["id"] == model)
+    details: dict[str, JSONScalar] = {
+        key: entry[key] for key in ("root", "max_model_len") if isinstance(entry.get(key), (str, int))
+    }
+    tokenize = _answers_tokenize(endpoint, model)
+    return ServerInfo(
+        engine="vllm",
+        version=version.get("version") if isinstance(version, dict) else None,
+        url=endpoint.url,
+        model=model,
+        details=details,
+        tokenize=tokenize,
+    )
+
+
+def _answers_tokenize(endpoint: Endpoint, model: str) -> bool:
+    """Whether ``POST /tokenize`` exists (vLLM serves it by POST only, so a GET says 405)."""
+    try:
+        endpoint.post("/tokenize", {"model": model, "prompt": "a"})
+    except ServerError as exc:
+        if getattr(exc.__cause__, "code", None) in (404, 405):
+            return False
+        raise
+    return True
+
+
+def tokenize(endpoint: Endpoint, info: ServerInfo, text: str) -> tuple[int, ...]:
+    """The ids the server's tokenizer gives `text` (special tokens added as for a completion prompt)."""
+    doc = endpoint.post("/tokenize", {"model": info.model, "prompt": text})
+    tokens = doc.get("tokens") if isinstance(doc, dict) else None
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        raise ServerError(f"{endpoint.url}: POST /tokenize: no token id list in the response ({str(doc)[:200]})")
+    return tuple(tokens)
+
+
+def completion_request(model: str, ids: Sequence[int], k: int) -> dict[str, Any]:
+    """The one request that scores a whole token sequence: every position's logprob and top-`k`."""
+    return {"model": model, "prompt": list(ids), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": k}
+
+
+def score(endpoint: Endpoint, info: ServerInfo, ids: Sequence[int], start: int, k: int) -> list[Scored]:
+    """The server's logprob of each token of `ids` from position `start` on, with the top-`k` there."""
+    body = completion_request(info.model, ids, k)
+    doc = _post_completion(endpoint, body, k)
+    return parse_scored(doc, ids, start, k, where=f"{endpoint.url}: POST /v1/completions")
+
+
+def parse_scored(doc: Any, ids: Sequence[int], start: int, k: int, *, where: str) -> list[Scored]:
+    """`score`'s mapping of a completions response: ``choices[0].prompt_logprobs``, one entry per prompt position
+    (None at position 0), each ``{"<id>": {"logprob", "rank", "decoded_token"}}``: the top-k and the given token."""
+    entries = _choice(doc, where).get("prompt_logprobs")
+    if not isinstance(entries, list) or len(entries) != len(ids):
+        have = len(entries) if isinstance(entries, list) else "no"
+        raise ServerError(
+            f"{where}: {have} prompt_logprobs entries for a prompt of {len(ids)} tokens; "
+            "the server did not score the sequence as asked (does it support prompt_logprobs?)"
+        )
+    out = []
+    for position in range(start, len(ids)):
+        entry = entries[position]
+        where_at = f"{where}: prompt_logprobs[{position}]"
+        if not isinstance(entry, dict):
+            raise ServerError(f"{where_at}: expected an object of token ids, found {str(entry)[:80]}")
+        ranked = []
+        for key, value in entry.items():
+            if not isinstance(value, dict) or not isinstance(value.get("logprob"), (int, float)):
+                raise ServerError(f"{where_at}: entry {key!r} has no numeric logprob ({str(value)[:80]})")
+            ranked.append((_rank(value, where_at), _token_id(key, where_at), float(value["logprob"]), value))
+        ranked.sort(key=lambda r: (r[0], -r[2], r[1]))
+        top = tuple((tid, lp) for rank, tid, lp, _ in ranked if rank <= k)[:k]
+        given = next((r for r in ranked if r[1] == ids[position]), None)
+        if given is None or len(top) < k:
+            missing = "the given token" if given is None else f"{len(top)} of the {k} top logprobs"
+            raise ServerError(f"{where_at}: the response lacks {missing} (a short response)")
+        text = given[3].get("decoded_token")
+        out.append(Scored(ids[position], given[2], top, text if isinstance(text, str) else None))
+    return out
+
+
+def generation_request(model: str, prompt_ids: Sequence[int], max_tokens: int, k: int) -> dict[str, Any]:
+    """The request that lets the server decode greedily, reporting each chosen token's id and the top-`k`."""
+    return {
+        "model": model,
+        "prompt": list(prompt_ids),
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "logprobs": k,
+        "return_tokens_as_token_ids": True,
+        "skip_special_tokens": False,
+    }
+
+
+def generate(endpoint: Endpoint, info: ServerInfo, prompt_ids: Sequence[int], max_tokens: int, k: int) -> Generated:
+    """The server's own greedy decoding of `prompt_ids`, scored."""
+    doc = _post_completion(endpoint, generation_request(info.model, prompt_ids, max_tokens, k), k)
+    return parse_generated(doc, k, where=f"{endpoint.url}: POST /v1/completions")
+
+
+def parse_generated(doc: Any, k: int, *, where: str) -> Generated:
+    """`generate`'s mapping: ``choices[0].logprobs`` (``tokens`` as ``token_id:N``, ``token_logprobs``,
+    ``top_logprobs``) and ``finish_reason`` ("stop": an end token; "length": max_tokens)."""
+    choice = _choice(doc, where)
+    logprobs = choice.get("logprobs")
+    if not isinstance(logprobs, dict):
+        raise ServerError(f"{where}: no logprobs in the response (were logprobs asked for?)")
+    tokens, values, tops = logprobs.get("tokens"), logprobs.get("token_logprobs"), logprobs.get("top_logprobs")
+    if not (isinstance(tokens, list) and isinstance(values, list) and isinstance(tops, list)) or not (
+        len(tokens) == len(values) == len(tops)
+    ):
+        raise ServerError(f"{where}: logprobs.tokens/token_logprobs/top_logprobs missing or of unequal lengths")
+    steps = []
+    for t, (token, value, top) in enumerate(zip(tokens, values, tops, strict=True)):
+        where_at = f"{where}: logprobs step {t}"
+        if not isinstance(top, dict) or not isinstance(value, (int, float)):
+            raise ServerError(f"{where_at}: malformed ({str(top)[:80]})")
+        ranked = sorted(((float(lp), _token_id(key, where_at)) for key, lp in top.items()), key=lambda r: -r[0])
+        if len(ranked) < k:
+            raise ServerError(f"{where_at}: {len(ranked)} of the {k} top logprobs (a short response)")
+        pairs = tuple((tid, lp) for lp, tid in ranked[:k])
+        steps.append(Scored(_token_id(str(token), where_at), float(value), pairs))
+    finish = choice.get("finish_reason")
+    return Generated(tuple(steps), "eos" if finish == "stop" else "length")
+
+
+def _post_completion(endpoint: Endpoint, body: dict[str, Any], k: int) -> Any:
+    try:
+        return endpoint.post("/v1/completions", body)
+    except ServerError as exc:
+        cap = _CAP.search(str(exc))
+        if cap:
+            raise ServerError(
+                f"{exc}\n{endpoint.url} caps logprobs at {cap.group(1)}, below the snapshot's top-{k}: restart the "
+                f"server with --max-logprobs {k} (or more)"
+            ) from exc
+        raise
+
+
+def _choice(doc: Any, where: str) -> dict[str, Any]:
+    choices = doc.get("choices") if isinstance(doc, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ServerError(f"{where}: no choices in the response ({str(doc)[:200]})")
+    return choices[0]
+
+
+def _rank(value: dict[str, Any], where: str) -> int:
+    rank = value.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ServerError(f"{where}: a token without a rank ({str(value)[:80]})")
+    return rank
+
+
+def _token_id(key: str, where: str) -> int:
+    match = _ID_KEY.match(key)
+    text = match.group(1) if match else key
+    try:
+        return int(text)
+    except ValueError:
+        raise ServerError(f"{where}: {key!r} is not a token id (are tokens returned as ids?)") from None
+
+
+def reset_prefix_cache(endpoint: Endpoint) -> bool:
+    """Empty the server's prefix cache (``POST /reset_prefix_cache``, served only with ``VLLM_SERVER_DEV_MODE=1``);
+    False when the server does not offer it."""
+    try:
+        endpoint.post_raw("/reset_prefix_cache")
+    except ServerError as exc:
+        if getattr(exc.__cause__, "code", None) in (404, 405):
+            return False
+        raise
+    return True
+
+
+VLLM = ServerMapping(
+    name="vllm", probe=probe, tokenize=tokenize, score=score, generate=generate, reset_cache=reset_prefix_cache
+)
+"""vLLM's mapping: teacher forcing through ``prompt_logprobs``."""

@@ -1,0 +1,76 @@
+"""The server tests' shared pieces: the transformers snapshots of the served model, and real vLLM servers (session
+scope, one per configuration, launched side by side at first use).
+
+Tests marked ``vllm`` need a real server: they run in CI's server leg (``GENGUARD_VLLM=1``, which builds or reuses the
+vLLM virtualenv, `.ci/vllm-venv`) and are deselected, not skipped, elsewhere; the summary says how many. A server that
+cannot be installed or started is an error of those tests, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import served_model
+import vllm_server
+
+VLLM_ENV = "GENGUARD_VLLM"
+URLS_ENV = "GENGUARD_VLLM_URLS"  # "float32=URL,eps=URL,bfloat16=URL": servers you already run (same model and flags)
+CONFIGURATIONS: dict[str, tuple[str, ...]] = {
+    "float32": (),
+    "eps": ("--hf-overrides", '{"rms_norm_eps": 0.1}'),
+    "bfloat16": ("--dtype", "bfloat16"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(VLLM_ENV) == "1":
+        return
+    deselected = [item for item in items if item.get_closest_marker("vllm")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("vllm")]
+
+
+@pytest.fixture(scope="session")
+def served_trace() -> Any:
+    """The snapshot transformers records of the served model (float32, greedy, top-5)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(served_model.MODEL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(served_model.MODEL_DIR)
+    return served_model.snapshot(model.eval(), tokenizer)
+
+
+@pytest.fixture(scope="session")
+def other_trace() -> Any:
+    """A snapshot of another model, with another tokenizer."""
+    return served_model.snapshot(*served_model.other_model())
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, vllm_server.VLLMServer]]:
+    """One vLLM server per configuration (float32; a served config that differs; bfloat16), started side by side."""
+    if os.environ.get(URLS_ENV):
+        urls = dict(pair.split("=", 1) for pair in os.environ[URLS_ENV].split(","))
+        yield {name: vllm_server.running_at(urls[name]) for name in CONFIGURATIONS}
+        return
+    logs = Path(tmp_path_factory.mktemp("vllm-logs"))
+    launched: dict[str, vllm_server.VLLMServer] = {}
+    try:
+        for name, extra in CONFIGURATIONS.items():
+            launched[name] = vllm_server.launch(served_model.MODEL_DIR, logs, extra=extra, name=name)
+        for server in launched.values():
+            vllm_server.wait(server)
+        yield launched
+    finally:
+        for server in launched.values():
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def float32_url(servers: dict[str, vllm_server.VLLMServer]) -> str:
+    return servers["float32"].url

