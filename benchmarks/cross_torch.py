@@ -1,4 +1,4 @@
-"""How far the examples' pinned weights decode apart across torch releases (README: "Supported torch").
+"""How far the examples' pinned weights decode apart across torch releases (docs/portability.md: "Supported torch").
 
     python benchmarks/cross_torch.py REFERENCE_PYTHON OTHER_PYTHON...
 

@@ -3,7 +3,7 @@ pytest-genguard 0.1 (no rounding term: ``lse_ulps=0``) and under today's, on the
 `fixtures/cross_kernel/pins` (8 probe prompts, 24 greedy tokens, top-5). A change is caught when `compare()` of the
 baseline and the changed model's traces is not ok.
 
-    python -m benchmarks.detection_floor            # prints the Markdown table of README's "What it catches"
+    python -m benchmarks.detection_floor            # the table "What it catches" of docs/portability.md
 
 The magnitudes form a grid of four steps per decade (1, 1.78, 3.16, 5.62 x 10^k); the floor is the smallest grid
 value caught with every larger one caught too (checked up to 10x above).

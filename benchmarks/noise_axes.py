@@ -1,5 +1,5 @@
 """The noise of every environment axis as a share of the comparison rule's allowance, per architecture: the figures
-of README's "Portable verdicts". The worst |diff| / allowance over every compared value, over fine-tuned (pinned)
+of docs/portability.md. The worst |diff| / allowance over every compared value, over fine-tuned (pinned)
 and untrained models, greedy and sampled (batch composition: greedy only).
 
     python -m benchmarks.noise_axes

@@ -65,7 +65,7 @@ class Tolerances:
     neither side has it, which is the rule of 0.1). Symmetric, unlike numpy's ``rtol * |b|``, so that
     ``compare(a, b)`` and ``compare(b, a)`` agree. `atol`/`rtol` follow the drift the network propagates into the
     logits (it grows with the logprob); the last term the rounding of ``logprob = logit - lse``, which happens at
-    the scale of the logits however confident the token (see README, "The comparison rule"). `tie_tol` bounds the
+    the scale of the logits however confident the token (see docs/rule.md). `tie_tol` bounds the
     logprob gap between the two tokens at a split for it to count as a near tie (`near_tie`); ``tie_tol=0``
     tolerates no split at all.
     """
@@ -139,7 +139,7 @@ pytest-genguard 0.1 computed logprobs) the sum of exps over the vocabulary loses
 the kernel set's vector width decides, and one ulp of an lse near 13 is already 1e-6, a confident token's whole
 allowance. Since 0.2 genguard computes logprobs in float64 (environment field ``logprobs``), where the term is
 ~1e-14: it matters only where a trace with float32-computed logprobs takes part. Measured on the data of
-`fixtures/cross_kernel` (README, "The comparison rule"): float32-computed logprobs were up to 4.5 epsilons of |lse|
+`fixtures/cross_kernel` (docs/rule.md): float32-computed logprobs were up to 4.5 epsilons of |lse|
 off the float64 value (AVX2) and 2.5 apart from each other (AVX2 vs AVX-512); eight keep that noise at 30% of the
 allowance."""
 

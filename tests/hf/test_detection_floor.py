@@ -1,4 +1,4 @@
-"""The detection floor of README's "What it catches": per kind of change and architecture, the smallest change the
+"""The detection floor of the docs' "What it catches": per kind of change and architecture, the smallest change the
 default rule catches (measured by `python -m benchmarks.detection_floor` on a grid of four steps per decade). Each
 row fails at its floor, holds at a third of it, and the unchanged model is identical: the floor is where the table
 says, on the pinned fine-tuned models of `fixtures/cross_kernel` (8 prompts, 24 greedy tokens, top-5)."""

@@ -26,7 +26,7 @@ from pytest_genguard.core.tolerances import FLOAT32
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf.teacher import teacher_force_with_preferences
 
-# torch before 2.7 draws other multinomial samples from one seed (README: "Supported torch"): there a sampled path is
+# torch before 2.7 draws other multinomial samples from one seed (docs/portability.md): there a sampled path is
 # another path, so that torch is judged on the recorded sampled paths by teacher forcing them.
 SAME_DRAWS = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 7)
 CONFIGS = [(arch, kind) for arch in ARCHS for kind in ("ft0", "rand0")]
@@ -57,7 +57,7 @@ def decode(model: Any, mode: str, prompts: list[str] = PROMPTS) -> GenerationTra
 
 
 def holds(axis: str, a: GenerationTrace, b: GenerationTrace) -> None:
-    """The pair holds, and with a margin: no value used half of its allowance (README: the worst measured is 33%)."""
+    """The pair holds, and with a margin: no value used half of its allowance (docs/portability.md: 33% at worst)."""
     cmp = compare(a, b)
     assert cmp, f"{axis}: {str(cmp).splitlines()[0]}"
     assert worst_share(a, b, FLOAT32) < 0.5, axis

@@ -1,5 +1,5 @@
 """Small, named changes to a model's numbers, for measuring what the comparison rule still catches (the detection
-floor: README, "What it catches") and for the tests that hold each row of that table.
+floor: docs/portability.md, "What it catches") and for the tests that hold each row of that table.
 
 Each kind is a context manager over a model: the change is in force inside it and undone after, so one model serves
 the baseline and every perturbed run."""
