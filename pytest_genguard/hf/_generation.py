@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import PromptTrace, Step
-from pytest_genguard.hf import inputs as checks
+from pytest_genguard.hf import inputs as checks, raw_logits_guard
 from pytest_genguard.hf.decoding_settings import SETTING_KEYS, float_setting, int_setting, mode, trace_settings
 
 if TYPE_CHECKING:
@@ -104,6 +104,9 @@ def prepare(
     custom = processor_names(model_kwargs.get("logits_processor"))
     if custom is not None:  # stored only when given: traces without custom processors read as before
         settings["logits_processor"] = custom
+        model_kwargs["logits_processor"] = raw_logits_guard.guarded(
+            model_kwargs["logits_processor"]
+        )  # in place: on a copy
     # EOS ids let assert_well_formed() check a stored trace's endings; several ids are kept as "2,7" (a scalar).
     eos = sorted(eos_ids(config))
     settings["eos_token_id"] = eos[0] if len(eos) == 1 else (",".join(map(str, eos)) or None)
