@@ -104,9 +104,8 @@ def prepare(
     custom = processor_names(model_kwargs.get("logits_processor"))
     if custom is not None:  # stored only when given: traces without custom processors read as before
         settings["logits_processor"] = custom
-        model_kwargs["logits_processor"] = raw_logits_guard.guarded(
-            model_kwargs["logits_processor"]
-        )  # in place: on a copy
+        # Processors that write in place get a copy: the raw logits generate() keeps stay the model's.
+        model_kwargs["logits_processor"] = raw_logits_guard.guarded(model_kwargs["logits_processor"])
     # EOS ids let assert_well_formed() check a stored trace's endings; several ids are kept as "2,7" (a scalar).
     eos = sorted(eos_ids(config))
     settings["eos_token_id"] = eos[0] if len(eos) == 1 else (",".join(map(str, eos)) or None)
