@@ -263,6 +263,9 @@ def window(cmp: Comparison, div: Divergence, radius: int = 2) -> list[str]:
         return [f"prompt {div.prompt_index}: no generated steps on either side"]
     vocab = _vocabulary(cmp.expected, cmp.actual)
     lines = [f"prompt {div.prompt_index} {quote(div.prompt, 60)}, steps around the divergence:"]
+    if e.messages is not None:  # the conversation, not its rendered text cut short
+        lines[0] = f"prompt {div.prompt_index} (a conversation), steps around the divergence:"
+        lines[1:1] = [f"   {line}" for line in e.conversation_lines()]
     lines.append(f"{'':<2} {'step':>5}  {'side':<8}  {pad('token', 18)}  {'margin':>7}  top-k (token:logprob)")
     for s in range(max(div.step - radius, 0), min(div.step + radius + 1, last)):
         mark = ">>" if s == div.step else ""

@@ -288,4 +288,15 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinger
     )
     digest = hashlib.sha256((text + "\n" + specials).encode("utf-8", "surrogatepass")).hexdigest()
     name = "PreTrainedTokenizerFast" if backend is not None else type(tokenizer).__name__  # 5.x: TokenizersBackend
-    return TokenizerFingerprint(name=name, vocab_size=len(tokenizer), hash=digest)
+    return TokenizerFingerprint(
+        name=name, vocab_size=len(tokenizer), hash=digest, chat_template=chat_template_text(tokenizer)
+    )
+
+
+def chat_template_text(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """The tokenizer's chat template as one text (named templates each after a ``{#- template: name -#}`` line, in
+    name order); None without one."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        return "\n".join(f"{{#- template: {name} -#}}\n{text}" for name, text in sorted(template.items())) or None
+    return template if isinstance(template, str) and template else None
