@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Unpack
 
+from pytest_genguard.core.adapters import adapter_changes, merge_note
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.environments import environment_diff, logprobs_epsilon
 from pytest_genguard.core.jsontext import JSONScalar, changed_keys, json_text, same_scalar
@@ -327,9 +328,11 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
             if em.recipe != am.recipe:
                 changes.append(f"training recipe {_short_hash(em.recipe)} -> {_short_hash(am.recipe)}")
         else:
-            if em.dtype == am.dtype and em.weights_hash != am.weights_hash:
+            merged = merge_note(em.adapters, am.adapters) is not None  # the same function: the values decide
+            if em.dtype == am.dtype and em.weights_hash != am.weights_hash and not merged:
                 # Across dtypes the bytes differ by construction: dtype is an environment axis, listed with the rest.
                 changes.append(f"weights {_short_hash(em.weights_hash)} -> {_short_hash(am.weights_hash)}")
+        changes += adapter_changes(em.adapters, am.adapters)
         if changes:
             reasons.append("model changed: " + ", ".join(changes))
     et, at = expected.tokenizer, actual.tokenizer
@@ -405,4 +408,9 @@ def compare(
         dtype_change=dtypes,
         dtype_change_allowed=allowed,
         values_verdict=values_verdict,
+        adapter_note=(
+            merge_note(expected.model.adapters, actual.model.adapters)
+            if check_fingerprints and expected.model is not None and actual.model is not None
+            else None
+        ),
     )

@@ -43,6 +43,8 @@ class Comparison:
     dtype_change_allowed: bool = False
     values_verdict: Verdict | None = None
     """What the values alone concluded, where a dtype switch the test did not allow turned it into a regression."""
+    adapter_note: str | None = None
+    """A PEFT adapter merged on one side only ("adapter 'sft' merged (the snapshot's was not): judged by values")."""
 
     def __bool__(self) -> bool:
         return self.verdict.ok
@@ -179,6 +181,8 @@ def summary_line(cmp: Comparison, *, fix: str | None = None) -> str:
     """The verdict and the first divergence in one sentence: the line pytest always shows. A dtype switch comes
     right after the verdict: it decides how every value was judged, and it fails unless the test allows it."""
     line = _verdict_line(cmp, cmp.verdict, fix)
+    if cmp.adapter_note is not None and cmp.verdict is not Verdict.STALE:
+        line = f"{line}; {cmp.adapter_note}"
     if cmp.dtype_change is None:
         return line
     old, new = cmp.dtype_change

@@ -140,6 +140,9 @@ class ModelFingerprint:
     """The architecture part of the model config, flat and spelled the same on every transformers version
     (`fingerprint.architecture_config`): a key set on both sides with other values is a changed model; a key that
     one transformers version writes and another does not is not. None in traces of pytest-genguard 0.1."""
+    adapters: Mapping[str, JSONScalar] | None = None
+    """A PEFT model's adapters (loaded, active, merged, disabled, each one's config and weights hash; see
+    `pytest_genguard.core.adapters`); None for a model without adapters."""
 
     def short(self) -> str:
         return f"{self.model_type}/{self.weights_hash[:12]}"
@@ -287,6 +290,7 @@ def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScala
     model's `config` mapping is written by `dumps` on its own)."""
     fields: dict[str, Any] = dict(obj.__dict__)
     fields.pop("config", None)
+    fields.pop("adapters", None)  # a mapping, written by `_model` on its own
     for optional in ("recipe", "chat_template", "adapters"):  # unset: left out, so older traces read as before
         if fields.get(optional, "") is None:
             del fields[optional]
@@ -295,6 +299,8 @@ def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScala
 
 def _model(model: ModelFingerprint) -> str:
     text = mapping_text(vars_of(model), "  ")
+    if model.adapters is not None:
+        text = text[: -len("\n  }")] + f',\n    "adapters": {mapping_text(model.adapters, "    ")}\n  }}'
     if model.config is None:
         return text
     config = mapping_text(model.config, "    ")
@@ -440,6 +446,7 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
             dtype=r.str_(r.key(m, "dtype", "model"), "model.dtype"),
             recipe=None if m.get("recipe") is None else r.str_(m["recipe"], "model.recipe"),
             config=None if m.get("config") is None else r.scalars(m["config"], "model.config"),
+            adapters=None if m.get("adapters") is None else r.scalars(m["adapters"], "model.adapters"),
         )
     tokenizer = None
     if tok_raw is not None:

@@ -13,6 +13,7 @@ from pytest_genguard.core.files import file_sha256
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import ModelFingerprint, TokenizerFingerprint
 from pytest_genguard.hf import weights_watch
+from pytest_genguard.hf.adapters import adapter_identity
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -256,6 +257,7 @@ def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
         dtype=model_dtype(model),
         recipe=_recipe(model),
         config=config,
+        adapters=adapter_identity(model),
     )
 
 

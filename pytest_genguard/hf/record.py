@@ -144,7 +144,11 @@ class _Call:
         generate_kwargs: dict[str, Any],
     ) -> _Call:
         """The arguments checked before anything reaches transformers (see `pytest_genguard.hf.inputs`)."""
-        prompt_list, forms = prompt_forms.checked(prompts, where=where)
+        # record() takes token ids and conversations too; generate_from_ids()'s prompts are the texts of its rows.
+        if where == "record()":
+            prompt_list, forms = prompt_forms.checked(prompts, where=where)
+        else:
+            prompt_list, forms = validation.prompt_list(prompts, where=where), None
         max_new = validation.integer(max_new_tokens, "max_new_tokens", minimum=1, where=where)
         k = validation.integer(top_k, "top_k", minimum=1, where=where)
         checked_seed = validation.optional_integer(seed, "seed", where=where)
