@@ -12,6 +12,7 @@ import copy
 import functools
 import inspect
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -207,7 +208,9 @@ def alternative_texts(prompts: Sequence[PromptTrace], texts: dict[int, str]) -> 
 
 # Steps are processed as (steps, batch, vocab) blocks: a handful of tensor operations per block instead of eight per
 # step (their fixed cost dominated record() for small models), in chunks so memory stays bounded for large vocabularies.
-_CHUNK_ELEMENTS = 1 << 24
+_CHUNK_ELEMENTS = 1 << 21
+_LSE_BLOCK_ELEMENTS = 1 << 18
+"""Rows of logits per float64 block of the log-sum-exp: about 2 MB, so the float64 copy stays in the CPU's cache."""
 _FIELDS = ("chosen_logprob", "lse", "score", "best", "top_vals", "top_ids")
 
 
@@ -221,19 +224,37 @@ class Float64LogSoftmax:
     """
 
     logits: torch.Tensor  # [..., V] float32 logits (topk reads these: the same order as the logprobs)
-    logits64: torch.Tensor
     lse: torch.Tensor  # [...] float64 log-sum-exp
 
     @classmethod
     def of(cls, logits: torch.Tensor) -> Float64LogSoftmax:
+        """Only the log-sum-exp needs every logit in float64; it is computed a cache-sized block of rows at a time
+        (a float64 copy of a 152k-token vocabulary for every step cost more than generate() itself), with
+        `torch.logsumexp`'s own steps (max, shifted exp, sum, log, max added back), so its bits are the same."""
         import torch
 
-        logits64 = logits.double()
-        return cls(logits.float(), logits64, torch.logsumexp(logits64, dim=-1))
+        logits = logits.float()
+        vocab = logits.shape[-1]
+        rows = logits.reshape(-1, vocab)
+        n = rows.shape[0]
+        lse = torch.empty(n, dtype=torch.float64, device=logits.device)
+        # At least two rows a block: torch splits a lone row's sum across threads (another summation order), while
+        # it sums several rows one per thread, as torch.logsumexp over the whole tensor does.
+        step = max(2, _LSE_BLOCK_ELEMENTS // max(1, vocab))
+        starts = list(range(0, n, step))
+        if len(starts) > 1 and n - starts[-1] == 1:
+            starts.pop()  # the last row joins the block before it
+        for first, stop in zip(starts, [*starts[1:], n], strict=True):
+            block = rows[first:stop]
+            top = block.amax(dim=-1, keepdim=True).double()
+            top.masked_fill_(top.abs() == math.inf, 0.0)  # as torch.logsumexp: an infinite max is not subtracted
+            total = block.double().sub_(top).exp_().sum(dim=-1)
+            lse[first:stop] = total.log_().add_(top.squeeze(-1))
+        return cls(logits, lse.reshape(logits.shape[:-1]))
 
     def at(self, index: torch.Tensor) -> torch.Tensor:
         """The logprobs of the ids in `index` ([..., 1]) as float32, the last dimension squeezed."""
-        return (self.logits64.gather(-1, index).squeeze(-1) - self.lse).float()
+        return (self.logits.gather(-1, index).squeeze(-1).double() - self.lse).float()
 
     def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k logprobs (float32) and their ids."""
