@@ -48,6 +48,7 @@ def record(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     prompts: Any,
+    /,
     *,
     max_new_tokens: int,
     top_k: int = 5,
@@ -61,7 +62,8 @@ def record(
     encoded with the tokenizer's chat template as ``apply_chat_template(tokenize=True)`` encodes it, with
     ``add_generation_prompt=True`` and `chat_template_kwargs`; see `pytest_genguard.hf.prompt_forms`).
     `top_k` is how many alternatives are recorded per step; a sampling top-k goes in a `generation_config`.
-    `seed` seeds sampling without touching the caller's RNG. Other keyword arguments go to `generate()`.
+    `seed` seeds sampling without touching the caller's RNG. Other keyword arguments go to `generate()` (``tokenizer=``
+    too, as transformers documents it for ``stop_strings``).
     """
     call = _Call.checked("record()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs)
     if call.forms is not None:
@@ -177,6 +179,13 @@ def _generate(
 
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prepared = prepare(model, tokenizer, call.max_new_tokens, dict(call.generate_kwargs))
+    assistant = prepared.model_kwargs.get("assistant_model")
+    if assistant is not None and len(call.prompts) > 1:
+        raise ValueError(
+            f"record(): assisted decoding (assistant_model=) generates for one prompt at a time (transformers' batch "
+            f"limit), but {len(call.prompts)} prompts were given; record each prompt on its own, or drop "
+            "assistant_model."
+        )
     device = model_device(model)
     if "stop_strings" in call.generate_kwargs or getattr(prepared.config, "stop_strings", None):
         prepared.model_kwargs.setdefault("tokenizer", tokenizer)  # generate() needs it to match stop strings
@@ -219,7 +228,13 @@ def _generate(
         chat_settings = encoded.settings
     trace = GenerationTrace(
         prompts=tuple(prompt_traces),
-        settings={**prepared.settings, **chat_settings, "record_top_k": call.top_k, "seed": call.seed},
+        settings={
+            **prepared.settings,
+            **chat_settings,
+            **({} if assistant is None else {"assistant_model": model_fingerprint(assistant).short()}),
+            "record_top_k": call.top_k,
+            "seed": call.seed,
+        },
         model=model_fingerprint(model),
         tokenizer=tokenizer_fingerprint(tokenizer),
         environment=environment(model, device),
