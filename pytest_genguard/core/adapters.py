@@ -32,8 +32,10 @@ def _describe(identity: Identity) -> str:
     return ", ".join(parts) or "none active"
 
 
-def adapter_changes(expected: Identity, actual: Identity) -> list[str]:
-    """The changes that make a snapshot stale, each naming the adapter; empty when only the merged state moved."""
+def adapter_changes(expected: Identity, actual: Identity, *, weights: bool = True) -> list[str]:
+    """The changes that make a snapshot stale, each naming the adapter; empty when only the merged state moved.
+    `weights=False` for models made by one training recipe: other adapter weights are then drift of the environment
+    that trained them (as the base weights are), and the values decide."""
     if expected is None and actual is None:
         return []
     if expected is None or actual is None:
@@ -52,6 +54,8 @@ def adapter_changes(expected: Identity, actual: Identity) -> list[str]:
             old, new = expected.get(key), actual.get(key)
             if old is None or new is None or not same_scalar(old, new):
                 field = key[len(prefix) :]
+                if field == "weights" and not weights:
+                    continue
                 if field == "weights":
                     changes.append(f"adapter {quote(name)} weights {str(old)[:12]} -> {str(new)[:12]}")
                 else:

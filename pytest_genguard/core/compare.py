@@ -332,7 +332,8 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
             if em.dtype == am.dtype and em.weights_hash != am.weights_hash and not merged:
                 # Across dtypes the bytes differ by construction: dtype is an environment axis, listed with the rest.
                 changes.append(f"weights {_short_hash(em.weights_hash)} -> {_short_hash(am.weights_hash)}")
-        changes += adapter_changes(em.adapters, am.adapters)
+        trained = em.recipe is not None and am.recipe is not None
+        changes += adapter_changes(em.adapters, am.adapters, weights=not trained)
         if changes:
             reasons.append("model changed: " + ", ".join(changes))
     et, at = expected.tokenizer, actual.tokenizer
