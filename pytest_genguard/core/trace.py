@@ -14,7 +14,10 @@ JSON form (schema 1), chosen for review in a git diff:
   UTF-8 on its own keeps its bytes as lone surrogates, written as ``\\udcXX`` escapes (see `Step.token_bytes`);
 - ``"token_texts"`` (optional, last) maps the top-k ids that no step chose to their token strings, so a reader (the
   HTML report) can name every alternative; derived from the tokenizer, never compared. Files without it load as
-  before, and readers that do not know it ignore it.
+  before, and readers that do not know it ignore it;
+- optional, written only when set (so other traces read byte for byte as before): a prompt's ``"messages"`` (the
+  conversation, one message a line) and ``"from_ids": true``; the tokenizer's ``"chat_template"``; the model's
+  ``"adapters"`` block (PEFT adapters: see `pytest_genguard.core.adapters`).
 """
 
 from __future__ import annotations
