@@ -34,6 +34,8 @@ __all__ = [
     "chat_kwargs",
     "checked",
     "encode",
+    "has_conversation",
+    "ids_again",
     "recorded_forms",
 ]
 
@@ -87,6 +89,11 @@ def _message(message: Mapping[str, Any], index: int, n: int, where: str) -> dict
             'of {"role": "user", "content": "..."} messages.'
         )
     return dict(message)
+
+
+def has_conversation(forms: Sequence[Form] | None) -> bool:
+    """Whether any prompt is a conversation."""
+    return any(f and isinstance(f, tuple) and isinstance(f[0], dict) for f in forms or ())
 
 
 def _placeholder(form: Form) -> str:

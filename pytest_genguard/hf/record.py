@@ -65,7 +65,12 @@ def record(
     `seed` seeds sampling without touching the caller's RNG. Other keyword arguments go to `generate()` (``tokenizer=``
     too, as transformers documents it for ``stop_strings``).
     """
-    call = _Call.checked("record()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs)
+    call = _Call.checked("record()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs, forms=True)
+    if chat_template_kwargs is not None and not prompt_forms.has_conversation(call.forms):
+        raise ValueError(
+            "record(): chat_template_kwargs is for conversations, and no prompt is one; pass the prompts as lists of "
+            '{"role": ..., "content": ...} messages, or drop chat_template_kwargs.'
+        )
     if call.forms is not None:
         kwargs = prompt_forms.chat_kwargs(chat_template_kwargs, where="record()")
         encoded = prompt_forms.encode(tokenizer, call.forms, kwargs, where="record()")
@@ -144,20 +149,22 @@ class _Call:
         top_k: Any,
         seed: Any,
         generate_kwargs: dict[str, Any],
+        *,
+        forms: bool = False,
     ) -> _Call:
-        """The arguments checked before anything reaches transformers (see `pytest_genguard.hf.inputs`)."""
-        # record() takes token ids and conversations too; generate_from_ids()'s prompts are the texts of its rows.
-        if where == "record()":
-            prompt_list, forms = prompt_forms.checked(prompts, where=where)
+        """The arguments checked before anything reaches transformers (see `pytest_genguard.hf.inputs`). `forms`:
+        prompts may be token ids and conversations too (record(); generate_from_ids()'s are the texts of its rows)."""
+        if forms:
+            prompt_list, given = prompt_forms.checked(prompts, where=where)
         else:
-            prompt_list, forms = validation.prompt_list(prompts, where=where), None
+            prompt_list, given = validation.prompt_list(prompts, where=where), None
         max_new = validation.integer(max_new_tokens, "max_new_tokens", minimum=1, where=where)
         k = validation.integer(top_k, "top_k", minimum=1, where=where)
         checked_seed = validation.optional_integer(seed, "seed", where=where)
         checks.check_model(model)
         checks.check_top_k(k, model)
         checks.check_generate_kwargs(generate_kwargs)
-        return cls(prompt_list, max_new, k, checked_seed, dict(generate_kwargs), forms)
+        return cls(prompt_list, max_new, k, checked_seed, dict(generate_kwargs), given)
 
 
 @dataclass(frozen=True)

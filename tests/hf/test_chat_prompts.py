@@ -106,3 +106,8 @@ def test_failures_the_html_report_and_genguard_show_print_the_conversation(
     out = io.StringIO()
     show(path, stream=out)
     assert "user: 'the quick brown fox'" in out.getvalue()
+
+
+def test_chat_template_kwargs_without_a_conversation_is_refused(gpt2: Any, chat: Any) -> None:
+    with pytest.raises(ValueError, match="chat_template_kwargs is for conversations, and no prompt is one"):
+        record(gpt2, chat, ["the quick", [5, 6]], max_new_tokens=2, chat_template_kwargs={"enable_thinking": False})
