@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from pytest_genguard.hf._generation import Float64LogSoftmax
+from pytest_genguard.hf._generation import Float64LogSoftmax, top_k_of
 
 SHAPES = [(16, 4, 151936), (5, 1, 151936), (1, 1, 151936), (3, 3, 50257), (30, 4, 768), (7, 1, 768)]
 
@@ -45,3 +45,18 @@ def test_a_row_of_minus_infinity_and_a_row_with_an_infinite_max_are_as_torch_has
     ours, theirs = Float64LogSoftmax.of(logits).lse, torch.logsumexp(logits.double(), dim=-1)
     assert ours.tolist()[0] == theirs.tolist()[0] == -float("inf") and ours[2] == theirs[2]
     assert ours[1].isnan() == theirs[1].isnan() or ours[1] == theirs[1]
+
+
+@pytest.mark.parametrize("shape", [(16, 4, 151936), (3, 2, 50257), (2, 40000), (5, 768)], ids=str)
+@pytest.mark.parametrize("k", [1, 5, 20])
+def test_the_blocked_top_k_is_torch_topk(shape: tuple[int, ...], k: int) -> None:
+    generator = torch.Generator().manual_seed(sum(shape) + k)
+    logits = torch.randn(*shape, generator=generator) * 4
+    logits[..., -1] = 50.0  # the best in the short last block
+    logits.view(-1, shape[-1])[0, 1000 % shape[-1] : 1000 % shape[-1] + 300] = 40.0 + torch.arange(300.0)  # one block
+    values, ids = top_k_of(logits, k)
+    expected_values, expected_ids = logits.topk(k, dim=-1)
+    assert torch.equal(values, expected_values) and torch.equal(ids, expected_ids)
+    # Negative control: the blocks' first elements alone are not the top-k.
+    firsts = logits[..., ::256]
+    assert firsts.shape[-1] < k or not torch.equal(firsts.topk(k, dim=-1).values, expected_values)
