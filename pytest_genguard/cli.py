@@ -135,6 +135,8 @@ def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, t
             continue
         vocab = {s.token_id: s.token for s in p.steps}
         title = f"prompt {i}: {quote(p.prompt, 60)}  ({len(p.steps)} steps, finish {p.finish_reason})"
+        if p.messages is not None:
+            title = "\n".join([title, *(f"  {line}" for line in p.conversation_lines())])
         table = Table(title=Text(title), title_justify="left")
         for name in ("step", "id", "token", "logprob", "p", "margin"):
             table.add_column(name, justify="left" if name == "token" else "right")

@@ -30,10 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Unpack
 
+from pytest_genguard.core.adapters import adapter_changes, merge_note
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.environments import environment_diff, logprobs_epsilon
-from pytest_genguard.core.jsontext import JSONScalar, changed_keys, same_scalar
+from pytest_genguard.core.jsontext import JSONScalar, changed_keys, json_text, same_scalar
 from pytest_genguard.core.text import quote
+from pytest_genguard.core.text_diff import first_differing_line, where_texts_differ
 from pytest_genguard.core.tolerances import (
     ToleranceArgs,
     Tolerances,
@@ -295,6 +297,22 @@ def _config_changes(expected: ModelFingerprint, actual: ModelFingerprint) -> lis
     return changed[:3] + ([f"{len(changed) - 3} more config keys"] if len(changed) > 3 else [])
 
 
+def prompt_difference(e: PromptTrace, a: PromptTrace) -> str:
+    """Where two prompts differ: the first differing message of two conversations, else the first differing
+    character of their texts."""
+    if e.messages is not None and a.messages is not None:
+        if len(e.messages) != len(a.messages):
+            return f"{len(e.messages)} -> {len(a.messages)} messages"
+        for n, (em, am) in enumerate(zip(e.messages, a.messages, strict=True)):
+            if em != am:
+                role = em.get("role", "?")
+                old, new = str(em.get("content", "")), str(am.get("content", ""))
+                if em.get("role") != am.get("role") or old == new:
+                    return f"message {n}: {json_text(em)[:40]} -> {json_text(am)[:40]}"
+                return f"message {n} ({role}) {where_texts_differ(old, new)}"
+    return where_texts_differ(e.prompt, a.prompt)
+
+
 def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fingerprints: bool) -> tuple[str, ...]:
     reasons = []
     em, am = expected.model, actual.model
@@ -310,14 +328,19 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
             if em.recipe != am.recipe:
                 changes.append(f"training recipe {_short_hash(em.recipe)} -> {_short_hash(am.recipe)}")
         else:
-            if em.dtype == am.dtype and em.weights_hash != am.weights_hash:
+            merged = merge_note(em.adapters, am.adapters) is not None  # the same function: the values decide
+            if em.dtype == am.dtype and em.weights_hash != am.weights_hash and not merged:
                 # Across dtypes the bytes differ by construction: dtype is an environment axis, listed with the rest.
                 changes.append(f"weights {_short_hash(em.weights_hash)} -> {_short_hash(am.weights_hash)}")
+        trained = em.recipe is not None and am.recipe is not None
+        changes += adapter_changes(em.adapters, am.adapters, weights=not trained)
         if changes:
             reasons.append("model changed: " + ", ".join(changes))
     et, at = expected.tokenizer, actual.tokenizer
     if check_fingerprints and et is not None and at is not None and et.hash != at.hash:
         reasons.append(f"tokenizer changed: {et.name} {_short_hash(et.hash)} -> {at.name} {_short_hash(at.hash)}")
+    if check_fingerprints and et is not None and at is not None and et.chat_template != at.chat_template:
+        reasons.append("chat template changed: " + first_differing_line(et.chat_template, at.chat_template))
     settings = _mapping_changes(expected.settings, actual.settings)
     if settings:
         reasons.append("decoding settings changed: " + ", ".join(f"{k} {change}" for k, change in settings))
@@ -325,9 +348,9 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
     if len(expected.prompts) != len(actual.prompts):
         prompt_changes.append(f"{len(expected.prompts)} -> {len(actual.prompts)} prompts")
     moved = [
-        f"prompt {i} {quote(e.prompt, 30)} -> {quote(a.prompt, 30)}"
+        f"prompt {i} {prompt_difference(e, a)}"
         for i, (e, a) in enumerate(zip(expected.prompts, actual.prompts, strict=False))
-        if e.prompt != a.prompt
+        if e.prompt != a.prompt or e.messages != a.messages
     ]
     prompt_changes += moved[:3] + ([f"{len(moved) - 3} more"] if len(moved) > 3 else [])
     if prompt_changes:
@@ -386,4 +409,9 @@ def compare(
         dtype_change=dtypes,
         dtype_change_allowed=allowed,
         values_verdict=values_verdict,
+        adapter_note=(
+            merge_note(expected.model.adapters, actual.model.adapters)
+            if check_fingerprints and expected.model is not None and actual.model is not None
+            else None
+        ),
     )

@@ -43,6 +43,8 @@ class Comparison:
     dtype_change_allowed: bool = False
     values_verdict: Verdict | None = None
     """What the values alone concluded, where a dtype switch the test did not allow turned it into a regression."""
+    adapter_note: str | None = None
+    """A PEFT adapter merged on one side only ("adapter 'sft' merged (the snapshot's was not): judged by values")."""
 
     def __bool__(self) -> bool:
         return self.verdict.ok
@@ -179,6 +181,8 @@ def summary_line(cmp: Comparison, *, fix: str | None = None) -> str:
     """The verdict and the first divergence in one sentence: the line pytest always shows. A dtype switch comes
     right after the verdict: it decides how every value was judged, and it fails unless the test allows it."""
     line = _verdict_line(cmp, cmp.verdict, fix)
+    if cmp.adapter_note is not None and cmp.verdict is not Verdict.STALE:
+        line = f"{line}; {cmp.adapter_note}"
     if cmp.dtype_change is None:
         return line
     old, new = cmp.dtype_change
@@ -263,6 +267,9 @@ def window(cmp: Comparison, div: Divergence, radius: int = 2) -> list[str]:
         return [f"prompt {div.prompt_index}: no generated steps on either side"]
     vocab = _vocabulary(cmp.expected, cmp.actual)
     lines = [f"prompt {div.prompt_index} {quote(div.prompt, 60)}, steps around the divergence:"]
+    if e.messages is not None:  # the conversation, not its rendered text cut short
+        lines[0] = f"prompt {div.prompt_index} (a conversation), steps around the divergence:"
+        lines[1:1] = [f"   {line}" for line in e.conversation_lines()]
     lines.append(f"{'':<2} {'step':>5}  {'side':<8}  {pad('token', 18)}  {'margin':>7}  top-k (token:logprob)")
     for s in range(max(div.step - radius, 0), min(div.step + radius + 1, last)):
         mark = ">>" if s == div.step else ""

@@ -252,6 +252,8 @@ class Page:
             f"<h3>prompt {index}: {escape(quote(prompt, 80))} {badge(str(verdict) if verdict else 'not compared')} "
             f'<span class="muted">{escape(status)}</span></h3>'
         )
+        if either is not None:  # a conversation: its messages, not the rendered text cut short
+            head += "".join(f"<div class=muted>{escape(line)}</div>" for line in either.conversation_lines())
         table = (
             "<table><tr><th>step</th><th>expected</th><th>expected top-k</th><th>actual</th><th>actual top-k</th>"
             "</tr>" + "".join(rows) + "</table>"
@@ -313,7 +315,9 @@ class Page:
                 )
             parts.append(
                 f"<h3>prompt {i}: {escape(quote(p.prompt, 80))} <span class=muted>{len(p.steps)} steps, finish "
-                f"{escape(p.finish_reason)}, smallest margin {_num(p.min_margin)}</span></h3><table><tr><th>step</th>"
+                f"{escape(p.finish_reason)}, smallest margin {_num(p.min_margin)}</span></h3>"
+                + "".join(f"<div class=muted>{escape(line)}</div>" for line in p.conversation_lines())
+                + "<table><tr><th>step</th>"
                 "<th>token</th><th>logprob</th><th>margin</th><th>top-k</th></tr>" + "".join(rows) + "</table>"
             )
         return "".join(parts)

@@ -10,6 +10,7 @@ import math
 import re
 import struct
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "SPECIAL_FLOATS",
@@ -20,6 +21,7 @@ __all__ = [
     "floats_text",
     "format_float",
     "ints_text",
+    "json_text",
     "mapping_text",
     "same_scalar",
     "scalar_text",
@@ -68,6 +70,13 @@ _ESCAPED = re.compile("[\ud800-\udfff\u0085\u2028\u2029]")
 def string_text(value: str) -> str:
     """A JSON string literal that stays on one line and holds only UTF-8 text."""
     text = json.dumps(value, ensure_ascii=False)
+    return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def json_text(value: Any) -> str:
+    """Any JSON value on one line, keys sorted, UTF-8 kept (line breaks and lone surrogates escaped as in
+    `string_text`): a chat message of a trace."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
     return _ESCAPED.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 

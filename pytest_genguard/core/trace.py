@@ -14,7 +14,10 @@ JSON form (schema 1), chosen for review in a git diff:
   UTF-8 on its own keeps its bytes as lone surrogates, written as ``\\udcXX`` escapes (see `Step.token_bytes`);
 - ``"token_texts"`` (optional, last) maps the top-k ids that no step chose to their token strings, so a reader (the
   HTML report) can name every alternative; derived from the tokenizer, never compared. Files without it load as
-  before, and readers that do not know it ignore it.
+  before, and readers that do not know it ignore it;
+- optional, written only when set (so other traces read byte for byte as before): a prompt's ``"messages"`` (the
+  conversation, one message a line) and ``"from_ids": true``; the tokenizer's ``"chat_template"``; the model's
+  ``"adapters"`` block (PEFT adapters: see `pytest_genguard.core.adapters`).
 """
 
 from __future__ import annotations
@@ -33,9 +36,11 @@ from pytest_genguard.core.jsontext import (
     floats_text,
     format_float,
     ints_text,
+    json_text,
     mapping_text,
     string_text,
 )
+from pytest_genguard.core.text import quote
 
 SCHEMA_VERSION = 1
 
@@ -100,10 +105,20 @@ class PromptTrace:
     steps: tuple[Step, ...]
     finish_reason: str
     text: str = ""
+    messages: tuple[Mapping[str, Any], ...] | None = field(default=None, hash=False)
+    """The conversation, when the prompt was one (a list of ``{"role", "content"}`` messages rendered with the
+    tokenizer's chat template; `prompt` is then the rendered text): what failures and reports show."""
+    from_ids: bool = False
+    """Whether the prompt was given as token ids (`prompt` is then their decoded text, `prompt_ids` the ids)."""
 
     @property
     def token_ids(self) -> tuple[int, ...]:
         return tuple(s.token_id for s in self.steps)
+
+    def conversation_lines(self, limit: int = 100) -> list[str]:
+        """The conversation one message a line (``user: 'the quick brown fox'``), each cut to about `limit`
+        columns; empty when the prompt was not a conversation."""
+        return [f"{m.get('role', '?')}: {quote(str(m.get('content', '')), limit)}" for m in (self.messages or ())]
 
     @property
     def min_margin(self) -> float:
@@ -128,6 +143,9 @@ class ModelFingerprint:
     """The architecture part of the model config, flat and spelled the same on every transformers version
     (`fingerprint.architecture_config`): a key set on both sides with other values is a changed model; a key that
     one transformers version writes and another does not is not. None in traces of pytest-genguard 0.1."""
+    adapters: Mapping[str, JSONScalar] | None = None
+    """A PEFT model's adapters (loaded, active, merged, disabled, each one's config and weights hash; see
+    `pytest_genguard.core.adapters`); None for a model without adapters."""
 
     def short(self) -> str:
         return f"{self.model_type}/{self.weights_hash[:12]}"
@@ -140,6 +158,10 @@ class TokenizerFingerprint:
     name: str
     vocab_size: int
     hash: str
+    chat_template: str | None = None
+    """The chat template (several named templates as one text, see `fingerprint.chat_template_text`): part of the
+    tokenizer's identity, kept as text so a change is named by its first differing line. None: no template (or a
+    trace of an older pytest-genguard)."""
 
 
 @dataclass(frozen=True)
@@ -210,12 +232,24 @@ def _step(step: Step) -> str:
     )
 
 
+def _message(message: Mapping[str, Any]) -> str:
+    """One chat message on one line, keys sorted, UTF-8 kept."""
+    return json_text(message)
+
+
 def _prompt(p: PromptTrace) -> str:
     steps = ",\n".join(f"        {_step(s)}" for s in p.steps)
     steps_text = "[\n" + steps + "\n      ]" if p.steps else "[]"
+    messages = ""
+    if p.messages is not None:
+        lines = ",\n".join(f"        {_message(m)}" for m in p.messages)
+        messages = f'      "messages": [\n{lines}\n      ],\n'
+    from_ids = '      "from_ids": true,\n' if p.from_ids else ""
     return (
         "    {\n"
         f'      "prompt": {string_text(p.prompt)},\n'
+        f"{messages}"
+        f"{from_ids}"
         f'      "prompt_ids": {ints_text(p.prompt_ids)},\n'
         f'      "finish_reason": {string_text(p.finish_reason)},\n'
         f'      "text": {string_text(p.text)},\n'
@@ -259,13 +293,17 @@ def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScala
     model's `config` mapping is written by `dumps` on its own)."""
     fields: dict[str, Any] = dict(obj.__dict__)
     fields.pop("config", None)
-    if fields.get("recipe", "") is None:
-        del fields["recipe"]
+    fields.pop("adapters", None)  # a mapping, written by `_model` on its own
+    for optional in ("recipe", "chat_template", "adapters"):  # unset: left out, so older traces read as before
+        if fields.get(optional, "") is None:
+            del fields[optional]
     return fields
 
 
 def _model(model: ModelFingerprint) -> str:
     text = mapping_text(vars_of(model), "  ")
+    if model.adapters is not None:
+        text = text[: -len("\n  }")] + f',\n    "adapters": {mapping_text(model.adapters, "    ")}\n  }}'
     if model.config is None:
         return text
     config = mapping_text(model.config, "    ")
@@ -363,7 +401,16 @@ def _read_prompt(r: _Reader, raw: Any, where: str) -> PromptTrace:
         steps=tuple(_read_step(r, s, f"{where}.steps[{i}]") for i, s in enumerate(steps)),
         finish_reason=finish,
         text=r.str_(obj.get("text", ""), f"{where}.text"),
+        messages=None if obj.get("messages") is None else _read_messages(r, obj["messages"], f"{where}.messages"),
+        from_ids=obj.get("from_ids") is True,
     )
+
+
+def _read_messages(r: _Reader, raw: Any, where: str) -> tuple[Mapping[str, Any], ...]:
+    messages = tuple(r.obj(m, f"{where}[{i}]") for i, m in enumerate(r.list_(raw, where)))
+    for i, m in enumerate(messages):
+        r.str_(r.key(m, "role", f"{where}[{i}]"), f"{where}[{i}].role")
+    return messages
 
 
 def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
@@ -402,6 +449,7 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
             dtype=r.str_(r.key(m, "dtype", "model"), "model.dtype"),
             recipe=None if m.get("recipe") is None else r.str_(m["recipe"], "model.recipe"),
             config=None if m.get("config") is None else r.scalars(m["config"], "model.config"),
+            adapters=None if m.get("adapters") is None else r.scalars(m["adapters"], "model.adapters"),
         )
     tokenizer = None
     if tok_raw is not None:
@@ -410,6 +458,9 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
             name=r.str_(r.key(t, "name", "tokenizer"), "tokenizer.name"),
             vocab_size=r.int_(r.key(t, "vocab_size", "tokenizer"), "tokenizer.vocab_size"),
             hash=r.str_(r.key(t, "hash", "tokenizer"), "tokenizer.hash"),
+            chat_template=None
+            if t.get("chat_template") is None
+            else r.str_(t["chat_template"], "tokenizer.chat_template"),
         )
     prompts = r.list_(r.key(obj, "prompts", "document"), "prompts")
     return GenerationTrace(

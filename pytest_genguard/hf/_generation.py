@@ -12,13 +12,14 @@ import copy
 import functools
 import inspect
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import PromptTrace, Step
-from pytest_genguard.hf import inputs as checks
+from pytest_genguard.hf import inputs as checks, raw_logits_guard
 from pytest_genguard.hf.decoding_settings import SETTING_KEYS, float_setting, int_setting, mode, trace_settings
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ def prepare(
     custom = processor_names(model_kwargs.get("logits_processor"))
     if custom is not None:  # stored only when given: traces without custom processors read as before
         settings["logits_processor"] = custom
+        # Processors that write in place get a copy: the raw logits generate() keeps stay the model's.
+        model_kwargs["logits_processor"] = raw_logits_guard.guarded(model_kwargs["logits_processor"])
     # EOS ids let assert_well_formed() check a stored trace's endings; several ids are kept as "2,7" (a scalar).
     eos = sorted(eos_ids(config))
     settings["eos_token_id"] = eos[0] if len(eos) == 1 else (",".join(map(str, eos)) or None)
@@ -205,7 +208,9 @@ def alternative_texts(prompts: Sequence[PromptTrace], texts: dict[int, str]) -> 
 
 # Steps are processed as (steps, batch, vocab) blocks: a handful of tensor operations per block instead of eight per
 # step (their fixed cost dominated record() for small models), in chunks so memory stays bounded for large vocabularies.
-_CHUNK_ELEMENTS = 1 << 24
+_CHUNK_ELEMENTS = 1 << 19
+_LSE_BLOCK_ELEMENTS = 1 << 18
+"""Rows of logits per float64 block of the log-sum-exp: about 2 MB, so the float64 copy stays in the CPU's cache."""
 _FIELDS = ("chosen_logprob", "lse", "score", "best", "top_vals", "top_ids")
 
 
@@ -219,24 +224,80 @@ class Float64LogSoftmax:
     """
 
     logits: torch.Tensor  # [..., V] float32 logits (topk reads these: the same order as the logprobs)
-    logits64: torch.Tensor
     lse: torch.Tensor  # [...] float64 log-sum-exp
 
     @classmethod
     def of(cls, logits: torch.Tensor) -> Float64LogSoftmax:
+        """Only the log-sum-exp needs every logit in float64; it is computed a cache-sized block of rows at a time
+        (a float64 copy of a 152k-token vocabulary for every step cost more than generate() itself), with
+        `torch.logsumexp`'s own steps (max, shifted exp, sum, log, max added back), so its bits are the same."""
         import torch
 
-        logits64 = logits.double()
-        return cls(logits.float(), logits64, torch.logsumexp(logits64, dim=-1))
+        logits = logits.float()
+        vocab = logits.shape[-1]
+        rows = logits.reshape(-1, vocab)
+        n = rows.shape[0]
+        lse = torch.empty(n, dtype=torch.float64, device=logits.device)
+        # At least two rows a block: torch splits a lone row's sum across threads (another summation order), while
+        # it sums several rows one per thread, as torch.logsumexp over the whole tensor does.
+        step = max(2, _LSE_BLOCK_ELEMENTS // max(1, vocab))
+        starts = list(range(0, n, step))
+        if len(starts) > 1 and n - starts[-1] == 1:
+            starts.pop()  # the last row joins the block before it
+        for first, stop in zip(starts, [*starts[1:], n], strict=True):
+            block = rows[first:stop]
+            top = block.amax(dim=-1, keepdim=True).double()
+            top.masked_fill_(top.abs() == math.inf, 0.0)  # as torch.logsumexp: an infinite max is not subtracted
+            total = block.double().sub_(top).exp_().sum(dim=-1)
+            lse[first:stop] = total.log_().add_(top.squeeze(-1))
+        return cls(logits, lse.reshape(logits.shape[:-1]))
 
     def at(self, index: torch.Tensor) -> torch.Tensor:
         """The logprobs of the ids in `index` ([..., 1]) as float32, the last dimension squeezed."""
-        return (self.logits64.gather(-1, index).squeeze(-1) - self.lse).float()
+        return (self.logits.gather(-1, index).squeeze(-1).double() - self.lse).float()
 
     def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k logprobs (float32) and their ids."""
-        values, ids = self.logits.topk(k, dim=-1)
-        return (values.double() - self.lse.unsqueeze(-1)).float(), ids
+        logprobs, ids, _ = self.top_with_logits(k)
+        return logprobs, ids
+
+    def top_with_logits(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The top-k logprobs (float32), their ids and their logits (the first is the step's largest logit)."""
+        values, ids = top_k_of(self.logits, k)
+        return (values.double() - self.lse.unsqueeze(-1)).float(), ids, values
+
+
+_TOPK_BLOCK = 256
+_TOPK_BLOCKED_FROM = 1 << 15
+"""Vocabularies from this size on take their top-k from blocks (`top_k_of`); smaller ones from torch.topk alone."""
+
+
+def top_k_of(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `k` largest values along the last dimension and their ids, best first, as `torch.topk` gives them.
+
+    On a large vocabulary `torch.topk` over every row was the largest part of what record() added to generate()
+    (28 ms of 60 at 151,936 tokens). Every one of the k largest values lies in one of the k blocks (of 256) with the
+    largest maxima (k blocks with a larger maximum would hold k larger values), so the maxima of the blocks are taken
+    in one vectorized pass and torch.topk runs over those k blocks only. record() and verify() both take it here.
+    """
+    import torch
+
+    vocab = logits.shape[-1]
+    if vocab < _TOPK_BLOCKED_FROM or k * _TOPK_BLOCK >= vocab:
+        values, ids = logits.topk(k, dim=-1)
+        return values, ids
+    full = vocab // _TOPK_BLOCK
+    lead = logits.shape[:-1]
+    maxima = logits[..., : full * _TOPK_BLOCK].reshape(*lead, full, _TOPK_BLOCK).amax(dim=-1)
+    if full * _TOPK_BLOCK < vocab:  # a shorter last block
+        maxima = torch.cat([maxima, logits[..., full * _TOPK_BLOCK :].amax(dim=-1, keepdim=True)], dim=-1)
+    best_blocks = maxima.topk(k, dim=-1).indices  # [..., k]
+    offsets = torch.arange(_TOPK_BLOCK, device=logits.device)
+    candidates = (best_blocks.unsqueeze(-1) * _TOPK_BLOCK + offsets).flatten(-2)  # [..., k * block]
+    beyond = candidates >= vocab  # past the end of the shorter last block: never chosen over a real value
+    candidates = candidates.clamp(max=vocab - 1)
+    values, picked = logits.gather(-1, candidates).masked_fill(beyond, -math.inf).topk(k, dim=-1)
+    return values, candidates.gather(-1, picked)
 
 
 def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]:
@@ -256,20 +317,24 @@ def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]
     parts: dict[str, list[torch.Tensor]] = {key: [] for key in _FIELDS}
     for first in range(0, n_steps, chunk):
         span = range(first, min(n_steps, first + chunk))
+        # No processor ran when generate() kept one tensor as both (greedy without processors): the processed scores
+        # are then the raw logits, and their best is the top-1 logit (a pass over the vocabulary saved).
+        unprocessed = all(scores[t] is logits[t] for t in span)
         if beam_rows is not None:
             rows = [beam_rows[:, t] for t in span]
-            raw_logits = torch.stack([logits[t][r] for t, r in zip(span, rows, strict=True)])
-            processed = torch.stack([scores[t][r] for t, r in zip(span, rows, strict=True)]).float()
+            raw_logits = _steps_of([logits[t][r] for t, r in zip(span, rows, strict=True)])
+            processed = _steps_of([scores[t][r] for t, r in zip(span, rows, strict=True)]).float()
         else:
-            raw_logits = torch.stack([logits[t][:batch_size] for t in span])
-            processed = torch.stack([scores[t][:batch_size] for t in span]).float()
+            raw_logits = _steps_of([logits[t][:batch_size] for t in span])
+            processed = raw_logits if unprocessed else _steps_of([scores[t][:batch_size] for t in span]).float()
         soft = Float64LogSoftmax.of(raw_logits)
         chosen = seq[:, span.start : span.stop].T[:, :, None]
-        top_vals, top_ids = soft.top(k)
+        top_vals, top_ids, top_logits = soft.top_with_logits(k)
         parts["chosen_logprob"].append(soft.at(chosen))
         parts["lse"].append(soft.lse.float())
         parts["score"].append(processed.gather(2, chosen).squeeze(2))
-        parts["best"].append(processed.max(dim=-1).values)
+        best = top_logits[..., 0] if unprocessed and beam_rows is None else processed.max(dim=-1).values
+        parts["best"].append(best)
         parts["top_vals"].append(top_vals)
         parts["top_ids"].append(top_ids)
     # One device->host transfer per field, not per step.
@@ -278,6 +343,14 @@ def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]
     for s in steps:
         s["top_ids_flat"] = [i for row in s["top_ids"] for i in row]
     return steps
+
+
+def _steps_of(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Steps' [batch, vocab] tensors as one [steps, batch, vocab] tensor; one step as a view (a 152k-token
+    vocabulary's copy per step cost as much as the log-sum-exp)."""
+    import torch
+
+    return tensors[0].unsqueeze(0) if len(tensors) == 1 else torch.stack(tensors)
 
 
 def _step_layout(out: Any, n_steps: int) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -129,7 +129,9 @@ def _other_settings(config: GenerationConfig) -> dict[str, JSONScalar]:
 
 
 # Keys every trace's settings may hold besides `SETTING_KEYS` (written by record() itself).
-_OWN_KEYS = frozenset({"mode", "seed", "record_top_k", "eos_token_id", "logits_processor"})
+_OWN_KEYS = frozenset(
+    {"mode", "seed", "record_top_k", "eos_token_id", "logits_processor", "chat_template_kwargs", "assistant_model"}
+)
 
 
 def other_settings(settings: Mapping[str, JSONScalar]) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +15,7 @@ from pytest_genguard.core.files import file_sha256
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import ModelFingerprint, TokenizerFingerprint
 from pytest_genguard.hf import weights_watch
+from pytest_genguard.hf.adapters import adapter_identity
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -256,6 +259,7 @@ def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
         dtype=model_dtype(model),
         recipe=_recipe(model),
         config=config,
+        adapters=adapter_identity(model),
     )
 
 
@@ -273,8 +277,43 @@ def _backend_text(serialized: str) -> str:
     return json.dumps({"model": doc.get("model"), "added_tokens": added}, sort_keys=True, ensure_ascii=False)
 
 
+# Each tokenizer's fingerprint with the cheap state it was computed for (`_tokenizer_state`): serializing a 150k-token
+# vocabulary and its merges cost 20-25 ms on every record() call, once the canonical text was memoized.
+_TOKENIZERS: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], TokenizerFingerprint]] = weakref.WeakKeyDictionary()
+
+
+def _tokenizer_state(tokenizer: PreTrainedTokenizerBase) -> tuple[Any, ...] | None:
+    """What changes when a tokenizer's vocabulary, merges, specials or chat template change, read without
+    serializing it: the backend object, its size with added tokens, the specials, the template and a few ids' tokens.
+    (The tokenizers API edits a vocabulary only by adding tokens, or by replacing the backend or its model.) None
+    for a tokenizer without a backend: fingerprinted on every call."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    size = int(backend.get_vocab_size(with_added_tokens=True))
+    probes = tuple(backend.id_to_token(i) for i in sorted({0, size // 3, (2 * size) // 3, max(size - 1, 0)}))
+    specials = tuple(sorted((k, str(v)) for k, v in tokenizer.special_tokens_map.items()))
+    return (id(backend), size, len(tokenizer), probes, specials, tuple(tokenizer.all_special_ids))
+
+
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:
-    """Fingerprint of the tokenizer: its full serialized form where it has one, else its vocabulary and specials."""
+    """Fingerprint of the tokenizer: its vocabulary, merges, added tokens and specials (its full serialized form
+    where it has one, else its vocabulary), and its chat template. Computed once per tokenizer state (see
+    `_tokenizer_state`); the chat template is read on every call."""
+    state = _tokenizer_state(tokenizer)
+    try:
+        cached = _TOKENIZERS.get(tokenizer) if state is not None else None
+    except TypeError:  # not weakly referenceable
+        cached, state = None, None
+    if cached is not None and cached[0] == state:
+        return dataclasses.replace(cached[1], chat_template=chat_template_text(tokenizer))
+    fingerprint = _tokenizer_fingerprint(tokenizer)
+    if state is not None:
+        _TOKENIZERS[tokenizer] = (state, fingerprint)
+    return fingerprint
+
+
+def _tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         # The vocabulary, merges and added tokens: what maps text to ids. The rest of the serialized form (an empty
@@ -288,4 +327,15 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinger
     )
     digest = hashlib.sha256((text + "\n" + specials).encode("utf-8", "surrogatepass")).hexdigest()
     name = "PreTrainedTokenizerFast" if backend is not None else type(tokenizer).__name__  # 5.x: TokenizersBackend
-    return TokenizerFingerprint(name=name, vocab_size=len(tokenizer), hash=digest)
+    return TokenizerFingerprint(
+        name=name, vocab_size=len(tokenizer), hash=digest, chat_template=chat_template_text(tokenizer)
+    )
+
+
+def chat_template_text(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """The tokenizer's chat template as one text (named templates each after a ``{#- template: name -#}`` line, in
+    name order); None without one."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        return "\n".join(f"{{#- template: {name} -#}}\n{text}" for name, text in sorted(template.items())) or None
+    return template if isinstance(template, str) and template else None

@@ -11,7 +11,8 @@ the score decoding actually used for the chosen token. Both need `return_dict_in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,7 @@ from pytest_genguard.core import validation
 from pytest_genguard.core.events import FragileStep, RecordEvent, emit
 from pytest_genguard.core.tolerances import tolerances_in_force
 from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.hf import inputs as checks
+from pytest_genguard.hf import inputs as checks, prompt_forms
 from pytest_genguard.hf._generation import (
     SETTING_KEYS,
     alternative_texts,
@@ -46,19 +47,42 @@ __all__ = ["SETTING_KEYS", "generate_from_ids", "record"]
 def record(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    prompts: str | Sequence[str],
+    prompts: Any,
+    /,
     *,
     max_new_tokens: int,
     top_k: int = 5,
     seed: int | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
     **generate_kwargs: Any,
 ) -> GenerationTrace:
     """Generate for `prompts` in one batched call and capture token paths with per-step top-k logprobs.
 
+    A prompt is a string, a list of token ids, or a conversation (a list of ``{"role", "content"}`` messages,
+    encoded with the tokenizer's chat template as ``apply_chat_template(tokenize=True)`` encodes it, with
+    ``add_generation_prompt=True`` and `chat_template_kwargs`; see `pytest_genguard.hf.prompt_forms`).
     `top_k` is how many alternatives are recorded per step; a sampling top-k goes in a `generation_config`.
-    `seed` seeds sampling without touching the caller's RNG. Other keyword arguments go to `generate()`.
+    `seed` seeds sampling without touching the caller's RNG. Other keyword arguments go to `generate()` (``tokenizer=``
+    too, as transformers documents it for ``stop_strings``).
     """
-    call = _Call.checked("record()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs)
+    call = _Call.checked("record()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs, forms=True)
+    if chat_template_kwargs is not None and not prompt_forms.has_conversation(call.forms):
+        raise ValueError(
+            "record(): chat_template_kwargs is for conversations, and no prompt is one; pass the prompts as lists of "
+            '{"role": ..., "content": ...} messages, or drop chat_template_kwargs.'
+        )
+    if call.forms is not None:
+        kwargs = prompt_forms.chat_kwargs(chat_template_kwargs, where="record()")
+        encoded = prompt_forms.encode(tokenizer, call.forms, kwargs, where="record()")
+        call = dataclasses.replace(call, prompts=encoded.texts)
+
+        def from_forms(pad_id: Any, left: bool) -> _Batch:
+            pad = int(pad_id if isinstance(pad_id, int) else pad_id[0])
+            return _Batch(_padded(encoded.ids, pad, left=left), list(encoded.ids), encoded=encoded)
+
+        trace, _, _ = _generate(model, tokenizer, call, from_forms)
+        _report_fragile_steps(trace)
+        return trace
 
     def tokenize(pad_id: Any, left: bool) -> _Batch:
         batch = _encode(tokenizer, call.prompts, pad_id, left=left)
@@ -113,6 +137,7 @@ class _Call:
     top_k: int
     seed: int | None
     generate_kwargs: dict[str, Any]
+    forms: list[prompt_forms.Form] | None = None  # None: every prompt is text
 
     @classmethod
     def checked(
@@ -124,16 +149,22 @@ class _Call:
         top_k: Any,
         seed: Any,
         generate_kwargs: dict[str, Any],
+        *,
+        forms: bool = False,
     ) -> _Call:
-        """The arguments checked before anything reaches transformers (see `pytest_genguard.hf.inputs`)."""
-        prompt_list = validation.prompt_list(prompts, where=where)
+        """The arguments checked before anything reaches transformers (see `pytest_genguard.hf.inputs`). `forms`:
+        prompts may be token ids and conversations too (record(); generate_from_ids()'s are the texts of its rows)."""
+        if forms:
+            prompt_list, given = prompt_forms.checked(prompts, where=where)
+        else:
+            prompt_list, given = validation.prompt_list(prompts, where=where), None
         max_new = validation.integer(max_new_tokens, "max_new_tokens", minimum=1, where=where)
         k = validation.integer(top_k, "top_k", minimum=1, where=where)
         checked_seed = validation.optional_integer(seed, "seed", where=where)
         checks.check_model(model)
         checks.check_top_k(k, model)
         checks.check_generate_kwargs(generate_kwargs)
-        return cls(prompt_list, max_new, k, checked_seed, dict(generate_kwargs))
+        return cls(prompt_list, max_new, k, checked_seed, dict(generate_kwargs), given)
 
 
 @dataclass(frozen=True)
@@ -143,6 +174,7 @@ class _Batch:
     tensors: dict[str, torch.Tensor]
     prompt_ids: list[tuple[int, ...]]
     decoder_rows: Sequence[Sequence[int]] | None = None
+    encoded: prompt_forms.Encoded | None = None  # prompts given as token ids or conversations
 
 
 def _generate(
@@ -154,6 +186,13 @@ def _generate(
 
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prepared = prepare(model, tokenizer, call.max_new_tokens, dict(call.generate_kwargs))
+    assistant = prepared.model_kwargs.get("assistant_model")
+    if assistant is not None and len(call.prompts) > 1:
+        raise ValueError(
+            f"record(): assisted decoding (assistant_model=) generates for one prompt at a time (transformers' batch "
+            f"limit), but {len(call.prompts)} prompts were given; record each prompt on its own, or drop "
+            "assistant_model."
+        )
     device = model_device(model)
     if "stop_strings" in call.generate_kwargs or getattr(prepared.config, "stop_strings", None):
         prepared.model_kwargs.setdefault("tokenizer", tokenizer)  # generate() needs it to match stop strings
@@ -186,9 +225,23 @@ def _generate(
         prompt_trace(p, batch.prompt_ids[b], generated[b], steps, b, texts, eos, call.max_new_tokens, tokenizer, pad_id)
         for b, p in enumerate(call.prompts)
     ]
+    chat_settings: dict[str, Any] = {}
+    if batch.encoded is not None:  # the conversations and ids as given, for failures and reports
+        encoded = batch.encoded
+        prompt_traces = [
+            dataclasses.replace(p, messages=encoded.messages[b], from_ids=encoded.from_ids[b])
+            for b, p in enumerate(prompt_traces)
+        ]
+        chat_settings = encoded.settings
     trace = GenerationTrace(
         prompts=tuple(prompt_traces),
-        settings={**prepared.settings, "record_top_k": call.top_k, "seed": call.seed},
+        settings={
+            **prepared.settings,
+            **chat_settings,
+            **({} if assistant is None else {"assistant_model": model_fingerprint(assistant).short()}),
+            "record_top_k": call.top_k,
+            "seed": call.seed,
+        },
         model=model_fingerprint(model),
         tokenizer=tokenizer_fingerprint(tokenizer),
         environment=environment(model, device),

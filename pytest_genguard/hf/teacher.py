@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.text import number, quote
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
+from pytest_genguard.hf import prompt_forms
 from pytest_genguard.hf._generation import (
     Float64LogSoftmax,
     alternative_texts,
@@ -220,7 +221,7 @@ def teacher_force_with_preferences(
             "top_vals": top_vals.cpu().tolist(),
             "top_ids": top_ids.cpu().tolist(),
         }
-    prompt_ids = tokenizer([p.prompt for p in trace.prompts])["input_ids"]
+    prompt_ids = prompt_forms.ids_again(tokenizer, trace)
     preferred = {
         values["argmax"][b][t]
         for b, p in enumerate(trace.prompts)
@@ -307,5 +308,13 @@ def _forced_prompt(
                 lse=lses[t],
             )
         )
-    forced = PromptTrace(prompt=p.prompt, prompt_ids=prompt_ids, steps=tuple(steps), finish_reason=finish, text=p.text)
+    forced = PromptTrace(
+        prompt=p.prompt,
+        prompt_ids=prompt_ids,
+        steps=tuple(steps),
+        finish_reason=finish,
+        text=p.text,
+        messages=p.messages,
+        from_ids=p.from_ids,
+    )
     return forced, preference

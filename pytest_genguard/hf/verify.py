@@ -36,6 +36,7 @@ from pytest_genguard.core.events import CheckEvent, emit
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.tolerances import ToleranceArgs
 from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.hf import prompt_forms
 from pytest_genguard.hf._generation import SETTING_KEYS, int_setting, processor_names
 from pytest_genguard.hf.decoding_settings import other_settings
 from pytest_genguard.hf.record import record
@@ -199,10 +200,13 @@ def _regenerate(
         config.top_k = kwargs.pop("top_k")
         kwargs["generation_config"] = config
     seed = settings.get("seed")
+    prompts, chat = prompt_forms.recorded_forms(trace)
+    if chat is not None:
+        kwargs["chat_template_kwargs"] = chat
     return record(
         model,
         tokenizer,
-        [p.prompt for p in trace.prompts],
+        prompts,
         max_new_tokens=int_setting(settings.get("max_new_tokens"), max(len(p.steps) for p in trace.prompts)),
         top_k=int_setting(settings.get("record_top_k"), 5),
         seed=seed if isinstance(seed, int) and not isinstance(seed, bool) else None,

@@ -126,8 +126,8 @@ BAD_ARGUMENTS = [
     ({"prompts": []}, "record(): prompts is empty; pass one prompt or a list of prompts."),
     (
         {"prompts": ["a", 7]},
-        "record(): prompt 1 is int 7, not a string; pass the prompts as text (record() tokenizes them "
-        "with the tokenizer it is given).",
+        "record(): prompt 1 is int 7; a prompt is a string, a list of token ids, or a conversation (a list of "
+        '{"role": ..., "content": ...} messages).',
     ),
 ]
 
