@@ -9,6 +9,7 @@ bad input: the message names the file and what to do. Torch-free: reading traces
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -17,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from pytest_genguard.core.budget import FidelityReport, parse_budget
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.documents import compare_documents, parse_document
 from pytest_genguard.core.errors import TraceFormatError
+from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.history import RecorderHistory
 from pytest_genguard.core.html import TraceFile, render_trace_files
@@ -219,6 +222,33 @@ def diff(
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def fidelity(
+    reference_path: Path, candidate_path: Path, *, budget: str | None, as_json: bool, stream: IO[str] | None = None
+) -> int:
+    """How far a candidate trace is from a reference trace (lower bounds: the files hold top-k only); exit 0 within
+    the budget (or without one), 1 outside it."""
+    try:
+        limits = None if budget is None else parse_budget(budget)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    reference = load_trace(reference_path)
+    candidate = load_trace(candidate_path)
+    steps, skipped = trace_fidelity(reference, candidate)
+    if not steps:
+        raise CliError(
+            f"{candidate_path}: shares no prompt with {reference_path}; record the candidate on the reference's prompts"
+        )
+    texts = {**candidate.token_texts, **reference.token_texts}
+    texts.update({s.token_id: s.token for t in (reference, candidate) for p in t.prompts for s in p.steps})
+    report = FidelityReport(tuple(steps), limits, skipped=skipped, token_texts=texts)
+    out = stream if stream is not None else sys.stdout
+    if as_json:
+        out.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        out.write(f"{reference_path} -> {candidate_path}\n{report}\n")
+    return EXIT_OK if report.holds else EXIT_FAILED
+
+
 def find_trace_files(folder: Path) -> list[Path]:
     """Files under `folder` that look like traces (JSON objects with a "schema" key), sorted; hidden folders skipped."""
     found = []
@@ -320,6 +350,15 @@ def build_parser() -> argparse.ArgumentParser:
     p_diff.add_argument(
         "--ignore-fingerprints", action="store_true", help="compare traces of two different models on purpose"
     )
+    p_fid = sub.add_parser(
+        "fidelity", help="how far a candidate trace is from a reference (KLD lower bound; exit 1 outside --budget)"
+    )
+    p_fid.add_argument("reference", type=Path, metavar="REFERENCE")
+    p_fid.add_argument("candidate", type=Path, metavar="CANDIDATE")
+    p_fid.add_argument(
+        "--budget", default=None, metavar="PRESET|KEY=VALUE,...", help="bf16, fp16, int8, int4 or limits"
+    )
+    p_fid.add_argument("--json", action="store_true", help="print the report as JSON")
     p_bisect = sub.add_parser(
         "bisect",
         help="name the release that changed a snapshot test's verdict (exit 0 found, 1 no change, 3 inconclusive)",
@@ -365,6 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tie_tol=args.tie_tol,
                 check_fingerprints=not args.ignore_fingerprints,
             )
+        if args.command == "fidelity":
+            return fidelity(args.reference, args.candidate, budget=args.budget, as_json=args.json)
         if args.command == "bisect":
             return bisect_command(args.nodeid, args.package, args.good, args.bad, args.pre, args.find_links)
         return report(args.folder, args.output)
