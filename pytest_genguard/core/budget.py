@@ -80,12 +80,14 @@ class Budget:
 
 
 PRESETS: dict[str, Budget] = {
-    # Measured (docs/fidelity.md "How the presets were measured"): the worst correct candidate of the precision and
-    # the mildest realistic bug, on the fine-tuned tiny llama and the 26M-parameter llama, teacher forced, float64.
-    "bf16": Budget(kld_mean=5e-5, kld_p99=5e-4, kld_max=2e-3, top1_agreement=0.98, name="bf16"),
-    "fp16": Budget(kld_mean=5e-5, kld_p99=5e-4, kld_max=2e-3, top1_agreement=0.98, name="fp16"),
-    "int8": Budget(kld_mean=1e-4, kld_p99=1e-3, kld_max=4e-3, top1_agreement=0.98, name="int8"),
-    "int4": Budget(kld_mean=1e-2, kld_p99=8e-2, kld_max=2e-1, top1_agreement=0.9, name="int4"),
+    # Measured (docs/fidelity.md, benchmarks/RESULTS.md): between the worst correct candidate of the precision and the
+    # mildest realistic bug, on the pinned fine-tuned tiny llama and the 26M-parameter llama, teacher forced, float64.
+    # Weight-only int8 (torchao, optimum-quanto, round-to-nearest per output channel); "int4" also holds torch's
+    # quantize_dynamic (int8 weights and activations), which is int4's class of error here, not int8's.
+    "bf16": Budget(kld_mean=1e-4, kld_p99=3e-3, kld_max=4e-3, name="bf16"),
+    "fp16": Budget(kld_mean=1e-5, kld_p99=2e-4, kld_max=3e-4, name="fp16"),
+    "int8": Budget(kld_mean=2e-4, kld_p99=3e-3, kld_max=4e-3, name="int8"),
+    "int4": Budget(kld_mean=1.5e-1, kld_p90=5e-2, name="int4"),
 }
 
 
