@@ -244,8 +244,9 @@ class FidelityReport:
         if not self.exact:
             lines.append(
                 f"  the recorded top-k covered {100 * m['covered_mean']:.2f}% of the reference's probability mass on "
-                f"average (least {100 * m['covered_min']:.2f}%): the true KLD may be higher; within budget is not "
-                "proven. Pass reference_model= to fidelity() for exact metrics, or record with a larger top_k."
+                f"average (least {100 * m['covered_min']:.2f}%): the true KLD may be higher"
+                + ("; within budget is not proven" if self.budget is not None and self.holds else "")
+                + ". Pass reference_model= to fidelity() for exact metrics, or record with a larger top_k."
             )
         if self.skipped:
             lines.append(

@@ -64,7 +64,9 @@ def test_exact_metrics_match_an_independent_float64_full_vocabulary_computation(
     ordered = sorted(klds)
     assert report.metrics["kld_mean"] == pytest.approx(math.fsum(klds) / len(klds), rel=1e-9)
     assert report.metrics["kld_max"] == pytest.approx(ordered[-1], rel=1e-9)
-    assert report.metrics["kld_p99"] == pytest.approx(float(torch.tensor(ordered, dtype=torch.float64).quantile(0.99)), rel=1e-9)
+    assert report.metrics["kld_p99"] == pytest.approx(
+        float(torch.tensor(ordered, dtype=torch.float64).quantile(0.99)), rel=1e-9
+    )
     # The check is sensitive to the direction: KL(candidate || reference) differs by more than the tolerance.
     assert sum(abs(r - k) > 1e-3 * k for r, k in zip(reverse, klds, strict=True)) > len(klds) // 2
 
@@ -85,7 +87,7 @@ def test_without_the_reference_model_the_kld_is_a_lower_bound_of_the_exact_value
 
 
 def test_fidelity_refuses_bad_budgets_and_references_naming_them(subject: tuple[Any, Any, GenerationTrace]) -> None:
-    reference_model, candidate, trace = subject
+    _, candidate, trace = subject
     tokenizer = gg.tiny_tokenizer()
     with pytest.raises(ValueError, match="fidelity\\(\\): unknown fidelity budget 'int2'"):
         gg.fidelity(candidate, tokenizer, trace, budget="int2")
