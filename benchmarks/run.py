@@ -35,6 +35,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "compare": ("benchmarks.snapshot_cost", "run_compare"),
     "size": ("benchmarks.snapshot_cost", "run_size"),
     "engines": ("benchmarks.engine_speed", "run"),
+    "fidelity": ("benchmarks.fidelity", "run"),
     "suite": ("benchmarks.suite_time", "run"),
 }
 
