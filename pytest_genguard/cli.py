@@ -5,8 +5,9 @@ release that changed a snapshot test (`genguard bisect`, exit codes in `pytest_g
 `pytest_genguard.core.fidelity`) and judges it by a budget.
 
 Exit codes: 0 when the command did its job (for `diff`: the comparison holds; for `fidelity`: within the budget),
-1 when `diff` finds a regression or a stale trace (`fidelity`: outside the budget), 2 for bad input (a missing or unreadable file, a corrupt trace, wrong arguments). Never a traceback for
-bad input: the message names the file and what to do. Torch-free: reading traces needs only the standard library.
+1 when `diff` finds a regression or a stale trace (`fidelity`: outside the budget), 2 for bad input (a missing or
+unreadable file, a corrupt trace, wrong arguments). Never a traceback for bad input: the message names the file and
+what to do. Torch-free: reading traces needs only the standard library.
 """
 
 from __future__ import annotations
