@@ -90,4 +90,3 @@ def test_the_greedy_path_alone_cannot_tell_a_broken_int8_from_a_correct_one(
         report.metrics["kld_mean"]
         > 50 * gg.fidelity(q.rtn(model, 8), gg.tiny_tokenizer(), trace, reference_model=model).metrics["kld_mean"]
     )
-
