@@ -55,22 +55,10 @@ def fidelity(
     return FidelityReport(tuple(steps), limits, token_texts=token_texts(tokenizer, sorted(ids)))
 
 
-def _paths(reference: GenerationTrace, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference's path ids ``[prompts, steps]`` (0 past a prompt's end) and the mask of real steps."""
-    import torch
-
-    ids = torch.zeros((len(reference.prompts), steps), dtype=torch.long)
-    mask = torch.zeros((len(reference.prompts), steps), dtype=torch.bool)
-    for b, p in enumerate(reference.prompts):
-        if p.steps:
-            ids[b, : len(p.steps)] = torch.tensor(p.token_ids, dtype=torch.long)
-            mask[b, : len(p.steps)] = True
-    return ids, mask
-
-
-def _tops(logprobs: torch.Tensor) -> tuple[list[Any], list[Any]]:
+def _tops(logprobs: torch.Tensor) -> list[tuple[tuple[int, float], ...]]:
+    """Each step's top-k (id, logprob), best first, for the failure text."""
     values, ids = logprobs.topk(min(_SHOWN, logprobs.shape[-1]), dim=-1)
-    return ids.tolist(), values.tolist()
+    return [tuple(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
 
 
 def fidelity_steps(
@@ -80,47 +68,50 @@ def fidelity_steps(
     *,
     reference_model: PreTrainedModel | None = None,
 ) -> list[StepFidelity]:
-    """The per-step metrics of `fidelity()` (exact with `reference_model`, else with the KLD bounded)."""
+    """The per-step metrics of `fidelity()` (exact with `reference_model`, else with the KLD bounded). The float64
+    work runs one prompt at a time: ``[steps, vocab]`` in float64, not the whole batch."""
     import torch
 
-    lq = torch.log_softmax(forced_logits(model, tokenizer, reference).double(), dim=-1).cpu()
-    ids, mask = _paths(reference, lq.shape[1])
-    token = ids.unsqueeze(-1)
-    lq_token = lq.gather(-1, token).squeeze(-1)
-    rank = (lq > lq_token.unsqueeze(-1)).sum(-1).tolist()
-    cand_top1 = lq.argmax(-1).tolist()  # the first of tied ids, as greedy decoding picks (topk may order ties else)
-    cand_ids, cand_vals = _tops(lq)
+    candidate = forced_logits(model, tokenizer, reference)
+    base = None if reference_model is None else forced_logits(reference_model, tokenizer, reference)
     out: list[StepFidelity] = []
-    if reference_model is None:
-        for b, p in enumerate(reference.prompts):
+    for b, p in enumerate(reference.prompts):
+        n = len(p.steps)
+        if n == 0:
+            continue
+        token = torch.tensor(p.token_ids, dtype=torch.long).unsqueeze(-1)
+        lq = torch.log_softmax(candidate[b, :n].double(), dim=-1).cpu()
+        lq_token = lq.gather(-1, token)
+        rank = (lq > lq_token).sum(-1).tolist()
+        top1 = lq.argmax(-1).tolist()  # the first of tied ids, as greedy decoding picks (topk may order ties else)
+        cand_top = _tops(lq)
+        if base is None:
             for t, step in enumerate(p.steps):
                 known = sorted({*step.top_ids, step.token_id})
-                q = dict(zip(known, lq[b, t, known].tolist(), strict=True))
-                cand_top = tuple(zip(cand_ids[b][t], cand_vals[b][t], strict=True))
-                out.append(bounded_step(b, t, step, q, candidate_top=cand_top, rank=rank[b][t], top1=cand_top1[b][t]))
-        return out
-    lp = torch.log_softmax(forced_logits(reference_model, tokenizer, reference).double(), dim=-1).cpu()
-    p_full = lp.exp()
-    kld = torch.where(p_full > 0, p_full * (lp - lq), torch.zeros_like(lp)).sum(-1).clamp(min=0.0).tolist()
-    lp_token = lp.gather(-1, token).squeeze(-1)
-    delta_p = (lq_token.exp() - lp_token.exp()).tolist()
-    ref_top1 = lp.argmax(-1).tolist()
-    ref_ids, ref_vals = _tops(lp)
-    for b, t in mask.nonzero().tolist():
-        out.append(
-            StepFidelity(
-                prompt=b,
-                step=t,
-                token_id=int(ids[b, t]),
-                kld=kld[b][t],
-                delta_p=delta_p[b][t],
-                reference_top1=ref_top1[b][t],
-                candidate_top1=cand_top1[b][t],
-                rank=rank[b][t],
-                covered=1.0,
-                exact=True,
-                reference_top=tuple(zip(ref_ids[b][t], ref_vals[b][t], strict=True)),
-                candidate_top=tuple(zip(cand_ids[b][t], cand_vals[b][t], strict=True)),
+                q = dict(zip(known, lq[t, known].tolist(), strict=True))
+                out.append(bounded_step(b, t, step, q, candidate_top=cand_top[t], rank=rank[t], top1=top1[t]))
+            continue
+        lp = torch.log_softmax(base[b, :n].double(), dim=-1).cpu()
+        p_full = lp.exp()
+        kld = torch.where(p_full > 0, p_full * (lp - lq), torch.zeros_like(lp)).sum(-1).clamp(min=0.0).tolist()
+        delta_p = (lq_token.exp() - lp.gather(-1, token).exp()).squeeze(-1).tolist()
+        ref_top1 = lp.argmax(-1).tolist()
+        ref_top = _tops(lp)
+        for t in range(n):
+            out.append(
+                StepFidelity(
+                    prompt=b,
+                    step=t,
+                    token_id=p.steps[t].token_id,
+                    kld=kld[t],
+                    delta_p=delta_p[t],
+                    reference_top1=ref_top1[t],
+                    candidate_top1=top1[t],
+                    rank=rank[t],
+                    covered=1.0,
+                    exact=True,
+                    reference_top=ref_top[t],
+                    candidate_top=cand_top[t],
+                )
             )
-        )
     return out
