@@ -157,7 +157,7 @@ def _cost(model: Any, pairs: int) -> list[Result]:
 
     both = alternate(exact, lambda: (forward(candidate), forward(model)), pairs)
     one = alternate(bound, lambda: forward(candidate), pairs)
-    size = f"{sum(p.numel() for p in model.parameters()) / 1e6:.0f}M-param llama"
+    size = f"{sum(p.numel() for p in model.parameters()) / 1e6:.3g}M-param llama"
     tokens = f"{len(reference.prompts)} prompts, {int(ids.shape[1])} positions"
     out = []
     for paired, figure, what in (
