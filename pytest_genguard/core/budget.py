@@ -12,7 +12,9 @@ With a lower bound (a reference trace without its model), a KLD above its limit 
 
 from __future__ import annotations
 
+import functools
 import math
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -180,11 +182,12 @@ class FidelityReport:
     def exact(self) -> bool:
         return bool(self.steps) and all(s.exact for s in self.steps)
 
-    @property
-    def metrics(self) -> dict[str, float]:
-        return aggregate(self.steps)
+    @functools.cached_property
+    def metrics(self) -> Mapping[str, float]:
+        """The aggregates (keys: `core.fidelity.METRIC_KEYS`), read-only."""
+        return types.MappingProxyType(aggregate(self.steps))
 
-    @property
+    @functools.cached_property
     def violations(self) -> tuple[Violation, ...]:
         if self.budget is None:
             return ()
@@ -273,7 +276,7 @@ class FidelityReport:
             "holds": self.holds,
             "exact": self.exact,
             "budget": None if self.budget is None else {"name": self.budget.name, **self.budget.limits()},
-            "metrics": self.metrics,
+            "metrics": dict(self.metrics),
             "skipped": self.skipped,
             "violations": [
                 {
