@@ -121,8 +121,15 @@ def _fmt(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
 
 
-def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, top: int | None) -> int:
-    """Metadata lines and one table per prompt; returns how many fragile steps were flagged."""
+def _print_trace(
+    console: Console,
+    trace: GenerationTrace,
+    prompt: int | None,
+    top: int | None,
+    klds: dict[tuple[int, int], float] | None = None,
+) -> int:
+    """Metadata lines and one table per prompt (with `klds`, each step's KLD lower bound to a reference); returns how
+    many fragile steps were flagged."""
     from rich.table import Table  # rich only where the tables are drawn: `genguard diff` does without it
     from rich.text import Text
 
@@ -142,7 +149,7 @@ def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, t
         vocab = {s.token_id: s.token for s in p.steps}
         title = f"prompt {i}: {quote(p.prompt, 60)}  ({len(p.steps)} steps, finish {p.finish_reason})"
         table = Table(title=Text(title), title_justify="left")
-        for name in ("step", "id", "token", "logprob", "p", "margin"):
+        for name in ("step", "id", "token", "logprob", "p", "margin", *(("KLD ≥",) if klds is not None else ())):
             table.add_column(name, justify="left" if name == "token" else "right")
         table.add_column("top-k (token p)", overflow="fold")
         for s, step in enumerate(p.steps):
@@ -157,7 +164,10 @@ def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, t
                 alts.append("  ")
             margin = Text(_fmt(step.margin, 3) + (" *" if fragile else ""), style="bold red" if fragile else "")
             token = Text(display_token(step.token), style="cyan")
-            table.add_row(str(s), str(step.token_id), token, _fmt(step.logprob), _percent(step.logprob), margin, alts)
+            kld = () if klds is None else (_fmt(klds[(i, s)], 3) if (i, s) in klds else "–",)
+            table.add_row(
+                str(s), str(step.token_id), token, _fmt(step.logprob), _percent(step.logprob), margin, *kld, alts
+            )
         console.print(table)
     if fragile_total:
         note = (
@@ -172,11 +182,27 @@ def _percent(logprob: float) -> str:
     return f"{100 * math.exp(min(logprob, 0.0)):.1f}%" if not math.isnan(logprob) else "nan"
 
 
-def show(path: Path, *, prompt: int | None = None, top: int | None = None, stream: IO[str] | None = None) -> int:
-    """Print a trace (or each checkpoint of a history) as tables: tokens, logprobs, margins and the top-k."""
+def show(
+    path: Path,
+    *,
+    prompt: int | None = None,
+    top: int | None = None,
+    reference: Path | None = None,
+    stream: IO[str] | None = None,
+) -> int:
+    """Print a trace (or each checkpoint of a history) as tables: tokens, logprobs, margins and the top-k; with a
+    `reference` trace, each step's KLD to it (the lower bound of `genguard fidelity`; "–" after the paths part)."""
     from rich.text import Text
 
     doc = load_document(path)
+    klds = None
+    if reference is not None:
+        if doc.is_history:
+            raise CliError(f"--reference: {path} is a recorder history; the KLD column compares single traces")
+        base, trace = load_trace(reference), doc.traces[0][1]
+        compared, _ = trace_fidelity(base, trace)
+        index = {p.prompt: i for i, p in enumerate(trace.prompts)}  # prompts are matched by text
+        klds = {(index[base.prompts[s.prompt].prompt], s.step): s.kld for s in compared}
     if prompt is not None:
         count = min((len(t.prompts) for _, t in doc.traces), default=0)
         if not 0 <= prompt < count:
@@ -186,7 +212,7 @@ def show(path: Path, *, prompt: int | None = None, top: int | None = None, strea
     for label, trace in doc.traces:
         if label:
             console.print(Text(label, style="bold"))
-        _print_trace(console, trace, prompt, top)
+        _print_trace(console, trace, prompt, top, klds)
     return EXIT_OK
 
 
@@ -345,6 +371,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_show.add_argument("file", type=Path, metavar="FILE")
     p_show.add_argument("--prompt", type=int, default=None, metavar="N", help="show only prompt N (0-based)")
     p_show.add_argument("--top", type=int, default=None, metavar="K", help="show at most K alternatives per step")
+    p_show.add_argument(
+        "--reference", type=Path, default=None, metavar="REF", help="add each step's KLD (lower bound) to trace REF"
+    )
     p_diff = sub.add_parser("diff", help="compare two traces (exit 0 when they agree, 1 when not)")
     p_diff.add_argument("expected", type=Path, metavar="EXPECTED")
     p_diff.add_argument("actual", type=Path, metavar="ACTUAL")
@@ -398,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "show":
             if args.top is not None and args.top < 1:
                 raise CliError(f"--top {args.top}: must be at least 1")
-            return show(args.file, prompt=args.prompt, top=args.top)
+            return show(args.file, prompt=args.prompt, top=args.top, reference=args.reference)
         if args.command == "diff":
             return diff(
                 args.expected,

@@ -151,3 +151,22 @@ def test_genguard_fidelity_exits_0_within_1_outside_and_2_on_bad_input(
     assert "missing.json: no such file" in capsys.readouterr().err
     assert cli.main(["fidelity", str(reference), str(candidate), "--budget", "int3"]) == 2
     assert "unknown fidelity budget 'int3'" in capsys.readouterr().err
+
+
+def test_genguard_show_gives_each_steps_kld_bound_to_a_reference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = trace_builder.step([(5, math.log(0.7)), (6, math.log(0.2)), (7, math.log(0.05))])
+    b = trace_builder.step([(5, math.log(0.5)), (6, math.log(0.4)), (7, math.log(0.05))])
+    c = trace_builder.step([(6, -0.1), (5, -3.0)])
+    reference = write(tmp_path / "ref.json", trace_builder.trace([a, a, a, a]))
+    candidate = write(tmp_path / "cand.json", trace_builder.trace([a, b, c, a]))  # moved at 1, left the path at 2
+    assert cli.main(["show", str(candidate), "--reference", str(reference)]) == 0
+    out = capsys.readouterr().out
+    assert "KLD ≥" in out
+    cells = [[c.strip() for c in line.split("│")] for line in out.splitlines() if line.startswith("│")]
+    moved = 0.7 * math.log(0.7 / 0.5) + 0.2 * math.log(0.2 / 0.4)
+    assert [row[7] for row in cells][1:] == [f"{moved:.3g}", "1.63", "–"]  # nothing compared after the path left
+    assert float(cells[0][7]) < 1e-9
+    assert cli.main(["show", str(candidate), "--reference", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json: no such file" in capsys.readouterr().err
