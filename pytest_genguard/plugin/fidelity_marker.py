@@ -73,7 +73,7 @@ class Judged:
 
     def __init__(self, inner: Subject, judge: Judge, candidate: Callable[[], Any], rerecord: Rerecord) -> None:
         self.inner, self.judge, self.candidate, self.rerecord = inner, judge, candidate, rerecord
-        self.via = inner.via
+        self.via: str | None = FIDELITY  # the event says so: the HTML report draws the per-step KLD
         self.can_write = inner.can_write
         self.report: FidelityReport | None = None
 
@@ -88,6 +88,7 @@ class Judged:
         if not isinstance(reference, GenerationTrace):
             raise TypeError(f"@pytest.mark.genguard(fidelity=...): {source} holds a recorder history; it judges traces")
         candidate = self.candidate()
+        cmp = None
         if isinstance(candidate, GenerationTrace):  # changed prompts or settings: stale, whatever the model
             cmp = compare(reference, candidate, check_fingerprints=False, allow_dtype_change=True)
             if cmp.verdict is Verdict.STALE:
@@ -103,7 +104,7 @@ class Judged:
                 "  if the copy is meant to be this far, loosen the budget (@pytest.mark.genguard(fidelity={...})); "
                 f"to make this trace the new reference: {self.rerecord.command(verdict)}"
             )
-        return Outcome(verdict, "\n".join(lines))
+        return Outcome(verdict, "\n".join(lines), cmp)  # cmp: both traces travel with the event to the report
 
     def written(self) -> tuple[Any, str]:
         return self.inner.written()

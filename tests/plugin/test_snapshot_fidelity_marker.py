@@ -60,6 +60,16 @@ def test_a_copy_outside_the_budget_fails_naming_metric_value_limit_and_worst_ste
     run(recorded).assert_outcomes(passed=1)
 
 
+def test_the_html_report_draws_each_steps_kld_of_a_failed_budget(recorded: pytest.Pytester) -> None:
+    mark(recorded, '"int8"')
+    set_variants(recorded, test_path={**QUANTIZED, "drift": -0.05})
+    run(recorded, "--genguard-report", "report.html").assert_outcomes(failed=1)
+    page = (recorded.path / "report.html").read_text(encoding="utf-8")
+    assert "<th>KLD ≥</th><th>Δp</th><th>same top-1</th>" in page
+    assert "<td class=n>0.00267</td><td class=n>-0.0296</td><td>yes</td>" in page  # step 0, the one that moved
+    assert "expected top-k" not in page  # judged by the budget, not drawn as a float-rule comparison
+
+
 def test_changed_settings_are_still_stale_under_a_budget(recorded: pytest.Pytester) -> None:
     mark(recorded, '"int8"')
     set_variants(recorded, test_path={**QUANTIZED, "max_new_tokens": 4})
