@@ -93,6 +93,14 @@ class Judged:
             cmp = compare(reference, candidate, check_fingerprints=False, allow_dtype_change=True)
             if cmp.verdict is Verdict.STALE:
                 return Outcome(cmp.verdict, render(cmp, fix=self.rerecord.command(cmp.verdict)), cmp)
+            old, new = reference.tokenizer, candidate.tokenizer
+            if old is not None and new is not None and old != new:  # other token ids: nothing to compare
+                detail = (
+                    f"stale: the tokenizer changed ({old.name} {old.hash[:12]} -> {new.name} {new.hash[:12]}); a "
+                    f"fidelity budget compares distributions over the same tokens. If intended, re-record with: "
+                    f"{self.rerecord.command(Verdict.STALE)}"
+                )
+                return Outcome(Verdict.STALE, detail, cmp)
         self.report = self.judge(reference)
         verdict = Verdict.WITHIN_TOLERANCE if self.report.holds else Verdict.REGRESSION
         lines = [str(self.report)]

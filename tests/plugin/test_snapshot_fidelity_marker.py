@@ -76,6 +76,10 @@ def test_changed_settings_are_still_stale_under_a_budget(recorded: pytest.Pytest
     result = run(recorded)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*stale*max_new_tokens*"])
+    set_variants(recorded, test_path={**QUANTIZED, "tokenizer": "u"})
+    result = run(recorded)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*stale: the tokenizer changed (tiny tttttttttttt -> tiny uuuuuuuuuuuu)*"])
 
 
 @pytest.mark.parametrize(
