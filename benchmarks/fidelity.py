@@ -107,7 +107,7 @@ def _table(label: str, model: Any, smoke: bool, informational: dict[str, str] | 
         m = exact.metrics
         verdict = "holds" if exact.holds else "**fails**"
         if name in (informational or {}):
-            verdict += " (not judged: see below)"
+            verdict += " (not judged: see above)"
             judged -= 1
         else:
             expected_verdicts += exact.holds is holds
