@@ -135,7 +135,7 @@ def _table(label: str, model: Any, smoke: bool, informational: dict[str, str] | 
             f"Presets: {presets}.",
             *[f"Not judged here: {name}: {why}." for name, why in (informational or {}).items()],
             "",
-            *rows,
+            *(f" {row}" for row in rows),  # indented: the summary table is the only one whose rows start with "| "
         ],
     )
 

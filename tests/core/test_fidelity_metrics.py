@@ -154,8 +154,9 @@ def test_genguard_fidelity_exits_0_within_1_outside_and_2_on_bad_input(
 
 
 def test_genguard_show_gives_each_steps_kld_bound_to_a_reference(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # the pipe's table width (160), as test_cli does
     a = trace_builder.step([(5, math.log(0.7)), (6, math.log(0.2)), (7, math.log(0.05))])
     b = trace_builder.step([(5, math.log(0.5)), (6, math.log(0.4)), (7, math.log(0.05))])
     c = trace_builder.step([(6, -0.1), (5, -3.0)])
@@ -164,7 +165,8 @@ def test_genguard_show_gives_each_steps_kld_bound_to_a_reference(
     assert cli.main(["show", str(candidate), "--reference", str(reference)]) == 0
     out = capsys.readouterr().out
     assert "KLD ≥" in out
-    cells = [[c.strip() for c in line.split("│")] for line in out.splitlines() if line.startswith("│")]
+    rows = [line.split("│") for line in out.splitlines() if line.startswith("│")]
+    cells = [[c.strip() for c in row] for row in rows if row[1].strip().isdigit()]  # not a wrapped top-k line
     moved = 0.7 * math.log(0.7 / 0.5) + 0.2 * math.log(0.2 / 0.4)
     assert [row[7] for row in cells][1:] == [f"{moved:.3g}", "1.63", "–"]  # nothing compared after the path left
     assert float(cells[0][7]) < 1e-9
