@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from pytest_genguard.core.budget import FidelityReport, parse_budget
+from pytest_genguard.core.budget import parse_budget, traces_report
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.documents import compare_documents, parse_document
 from pytest_genguard.core.errors import TraceFormatError
@@ -263,14 +263,11 @@ def fidelity(
         raise CliError(str(exc)) from None
     reference = load_trace(reference_path)
     candidate = load_trace(candidate_path)
-    steps, skipped = trace_fidelity(reference, candidate)
-    if not steps:
+    report = traces_report(reference, candidate, limits)
+    if not report.steps:
         raise CliError(
             f"{candidate_path}: shares no prompt with {reference_path}; record the candidate on the reference's prompts"
         )
-    texts = {**candidate.token_texts, **reference.token_texts}
-    texts.update({s.token_id: s.token for t in (reference, candidate) for p in t.prompts for s in p.steps})
-    report = FidelityReport(tuple(steps), limits, skipped=skipped, token_texts=texts)
     out = stream if stream is not None else sys.stdout
     if as_json:
         out.write(json.dumps(report.to_json(), indent=2) + "\n")

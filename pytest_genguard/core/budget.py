@@ -19,10 +19,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_genguard.core.fidelity import StepFidelity, aggregate
-from pytest_genguard.core.text import number, plural
+from pytest_genguard.core.fidelity import StepFidelity, aggregate, trace_fidelity
+from pytest_genguard.core.text import number, plural, quote
+from pytest_genguard.core.trace import GenerationTrace
 
-__all__ = ["LIMITS", "PRESETS", "Budget", "FidelityReport", "Violation", "budget_of", "parse_budget"]
+__all__ = [
+    "LIMITS",
+    "PRESETS",
+    "Budget",
+    "FidelityReport",
+    "Violation",
+    "budget_of",
+    "parse_budget",
+    "traces_report",
+]
 
 LIMITS: dict[str, str] = {
     "kld_mean": "max",
@@ -177,6 +187,8 @@ class FidelityReport:
     skipped: int = 0
     """Reference steps that could not be compared (after a free-running candidate left the path)."""
     token_texts: Mapping[int, str] | None = None
+    prompts: tuple[str, ...] = ()
+    """The reference's prompts, to name the worst step's prompt by its text."""
 
     @property
     def exact(self) -> bool:
@@ -217,8 +229,10 @@ class FidelityReport:
     def _step_lines(self, step: StepFidelity) -> list[str]:
         dp = "unknown" if step.delta_p is None else number(step.delta_p)
         rank = "beyond the candidate's top-k" if step.rank is None else str(step.rank)
+        prompt = f" {quote(self.prompts[step.prompt], 40)}" if step.prompt < len(self.prompts) else ""
+        token = self._token(step.token_id)
         return [
-            f"  worst step: prompt {step.prompt} step {step.step} (reference token {self._token(step.token_id)}): "
+            f"  worst step: prompt {step.prompt}{prompt} step {step.step} (reference token {token}): "
             f"KLD {number(step.kld)}{'' if step.exact else ' (lower bound)'}, Δp {dp}, rank under the candidate {rank}",
             f"    reference top-k: {self._top(step.reference_top)}",
             f"    candidate top-k: {self._top(step.candidate_top)}",
@@ -292,3 +306,13 @@ class FidelityReport:
                 for s in self.steps
             ],
         }
+
+
+def traces_report(reference: GenerationTrace, candidate: GenerationTrace, budget: Budget | None) -> FidelityReport:
+    """The report on a candidate trace against a reference trace alone: the KLD lower bound of
+    `core.fidelity.trace_fidelity` (``genguard fidelity``, the fidelity marker's ``trace == genguard_snapshot``)."""
+    steps, skipped = trace_fidelity(reference, candidate)
+    texts = {**candidate.token_texts, **reference.token_texts}
+    texts.update({s.token_id: s.token for t in (reference, candidate) for p in t.prompts for s in p.steps})
+    prompts = tuple(p.prompt for p in reference.prompts)
+    return FidelityReport(tuple(steps), budget, skipped=skipped, token_texts=texts, prompts=prompts)

@@ -52,7 +52,8 @@ def fidelity(
     limits = budget_of(budget, where="fidelity()")
     steps = fidelity_steps(model, tokenizer, reference, reference_model=reference_model)
     ids = {i for s in steps for i, _ in (*s.reference_top, *s.candidate_top)} | {s.token_id for s in steps}
-    return FidelityReport(tuple(steps), limits, token_texts=token_texts(tokenizer, sorted(ids)))
+    texts = token_texts(tokenizer, sorted(ids))
+    return FidelityReport(tuple(steps), limits, token_texts=texts, prompts=tuple(p.prompt for p in reference.prompts))
 
 
 def _tops(logprobs: torch.Tensor) -> list[tuple[tuple[int, float], ...]]:

@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 
-from pytest_genguard.core.budget import Budget, FidelityReport, budget_of
+from pytest_genguard.core.budget import Budget, FidelityReport, budget_of, traces_report
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import render
 from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
 from pytest_genguard.core.errors import TraceFormatError
-from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Verdict
 from pytest_genguard.plugin.snapshot import FIDELITY
@@ -53,10 +52,7 @@ def between_traces(received: Any, budget: Budget) -> Judge:
     def judge(reference: GenerationTrace) -> FidelityReport:
         if not isinstance(received, GenerationTrace):
             raise TypeError(f"@pytest.mark.genguard(fidelity=...) judges traces; got {type(received).__name__}")
-        steps, skipped = trace_fidelity(reference, received)
-        texts = {**received.token_texts, **reference.token_texts}
-        texts.update({s.token_id: s.token for t in (reference, received) for p in t.prompts for s in p.steps})
-        return FidelityReport(tuple(steps), budget, skipped=skipped, token_texts=texts)
+        return traces_report(reference, received, budget)
 
     return judge
 

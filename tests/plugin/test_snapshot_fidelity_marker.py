@@ -5,7 +5,11 @@ outside it fails naming the metric, its value and limit and the worst step; chan
 from __future__ import annotations
 
 import pytest
+import torch
+from cross_kernel import PINS, PROMPTS
 from snapshot_support import run, set_variants, setup
+
+import pytest_genguard as gg
 
 MARKED = """
 import pytest
@@ -50,7 +54,7 @@ def test_a_copy_outside_the_budget_fails_naming_metric_value_limit_and_worst_ste
         [
             "*fidelity OUTSIDE budget int8: kld_mean; 3 steps, KLD is a LOWER BOUND*",
             "*kld_mean = 0.0008* > limit 0.0002",
-            "*worst step: prompt 0 step 0 (reference token 10 ' the'): KLD 0.002* (lower bound)*",
+            "*worst step: prompt 0 'hello' step 0 (reference token 10 ' the'): KLD 0.002* (lower bound)*",
             "*reference top-k: 10 ' the' -0.5, 11 -2, 12 -3",
             "*candidate top-k: 10 ' the' -0.55, 11 -2, 12 -3",
             "*the dtype switch judged by this budget: recorded float32, now bfloat16",
@@ -128,12 +132,20 @@ def test_verified(genguard_snapshot, model):
 """
 
 
-def test_verify_teacher_forces_the_copy_along_the_stored_paths_and_judges_it(pytester: pytest.Pytester) -> None:
-    from cross_kernel import PINS, PROMPTS
+@pytest.fixture(scope="module")
+def warm_imports() -> None:
+    """Everything the inner run of the verify() test touches, loaded before its pytester fixture: pytester's
+    in-process runs drop the modules they imported, and torch cannot load its extensions twice in one process (as
+    test_snapshot_verify.py does)."""
+    model = gg.finetune("gpt2", seed=0, pin_dir=PINS, pin="use").model
+    trace = gg.record(model, gg.tiny_tokenizer(), PROMPTS[:1], max_new_tokens=2)
+    assert gg.verify(model, gg.tiny_tokenizer(), trace)
+    assert gg.fidelity(model.to(torch.bfloat16), gg.tiny_tokenizer(), trace, budget="bf16")
 
-    import pytest_genguard as gg
 
-    gg.finetune("gpt2", seed=0, pin_dir=PINS, pin="use")  # torch and transformers loaded here first (see conftest)
+def test_verify_teacher_forces_the_copy_along_the_stored_paths_and_judges_it(
+    warm_imports: None, pytester: pytest.Pytester
+) -> None:
     pytester.makepyfile(test_gen=f"PINS = {str(PINS)!r}\nPROMPTS = {PROMPTS!r}\n" + VERIFIED)
     kind = pytester.path / "kind"
     kind.write_text("fp32")
