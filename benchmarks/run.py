@@ -36,6 +36,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "size": ("benchmarks.snapshot_cost", "run_size"),
     "engines": ("benchmarks.engine_speed", "run"),
     "large_vocab": ("benchmarks.large_vocab", "run"),
+    "fidelity": ("benchmarks.fidelity", "run"),
     "suite": ("benchmarks.suite_time", "run"),
 }
 

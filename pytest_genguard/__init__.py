@@ -32,6 +32,8 @@ _EXPORTS: dict[str, str] = {
     "EXACT": "core.tolerances",
     "assert_no_repetition": "core.repetition",
     "assert_well_formed": "core.well_formed",
+    "Budget": "core.budget",
+    "FidelityReport": "core.budget",
     "Checkpoint": "core.history",
     "RecorderHistory": "core.history",
     # every warning and error genguard raises for its users (one base each: GenguardWarning, GenguardError)
@@ -55,6 +57,7 @@ _EXPORTS: dict[str, str] = {
     "tiny_model": "hf.tiny",
     "record": "hf.record",
     "verify": "hf.verify",
+    "fidelity": "hf.fidelity",
     "model_fingerprint": "hf.fingerprint",
     "tokenizer_fingerprint": "hf.fingerprint",
     "GenerationRecorder": "hf.recorder",
@@ -96,6 +99,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from pytest_genguard import strategies as strategies
     from pytest_genguard.bisection.driver import BisectResult as BisectResult, bisect as bisect
+    from pytest_genguard.core.budget import Budget as Budget, FidelityReport as FidelityReport
     from pytest_genguard.core.compare import compare as compare
     from pytest_genguard.core.comparison import Comparison as Comparison
     from pytest_genguard.core.errors import (
@@ -131,6 +135,7 @@ if TYPE_CHECKING:
     )
     from pytest_genguard.core.verdict import Verdict as Verdict
     from pytest_genguard.core.well_formed import assert_well_formed as assert_well_formed
+    from pytest_genguard.hf.fidelity import fidelity as fidelity
     from pytest_genguard.hf.finetune import FineTuned as FineTuned, finetune as finetune
     from pytest_genguard.hf.fingerprint import (
         model_fingerprint as model_fingerprint,

@@ -2,14 +2,19 @@
 release that changed a snapshot test (`genguard bisect`, exit codes in `pytest_genguard.bisection.report`), judge a
 running server against snapshots (`genguard check-server`, exit codes in `pytest_genguard.serving.check`).
 
-Exit codes: 0 when the command did its job (for `diff`: the comparison holds), 1 when `diff` finds a regression or a
-stale trace, 2 for bad input (a missing or unreadable file, a corrupt trace, wrong arguments). Never a traceback for
-bad input: the message names the file and what to do. Torch-free: reading traces needs only the standard library.
+`genguard fidelity` says how far a candidate trace is from a reference trace (the KLD lower bound of
+`pytest_genguard.core.fidelity`) and judges it by a budget.
+
+Exit codes: 0 when the command did its job (for `diff`: the comparison holds; for `fidelity`: within the budget),
+1 when `diff` finds a regression or a stale trace (`fidelity`: outside the budget), 2 for bad input (a missing or
+unreadable file, a corrupt trace, wrong arguments). Never a traceback for bad input: the message names the file and
+what to do. Torch-free: reading traces needs only the standard library.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -18,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from pytest_genguard.core.budget import parse_budget, traces_report
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.documents import compare_documents, parse_document
 from pytest_genguard.core.errors import TraceFormatError
+from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.history import RecorderHistory
 from pytest_genguard.core.html import TraceFile, render_trace_files
@@ -115,8 +122,15 @@ def _fmt(value: float, digits: int = 4) -> str:
     return f"{value:.{digits}g}" if math.isfinite(value) else str(value)
 
 
-def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, top: int | None) -> int:
-    """Metadata lines and one table per prompt; returns how many fragile steps were flagged."""
+def _print_trace(
+    console: Console,
+    trace: GenerationTrace,
+    prompt: int | None,
+    top: int | None,
+    klds: dict[tuple[int, int], float] | None = None,
+) -> int:
+    """Metadata lines and one table per prompt (with `klds`, each step's KLD lower bound to a reference); returns how
+    many fragile steps were flagged."""
     from rich.table import Table  # rich only where the tables are drawn: `genguard diff` does without it
     from rich.text import Text
 
@@ -138,7 +152,7 @@ def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, t
         if p.messages is not None:
             title = "\n".join([title, *(f"  {line}" for line in p.conversation_lines())])
         table = Table(title=Text(title), title_justify="left")
-        for name in ("step", "id", "token", "logprob", "p", "margin"):
+        for name in ("step", "id", "token", "logprob", "p", "margin", *(("KLD ≥",) if klds is not None else ())):
             table.add_column(name, justify="left" if name == "token" else "right")
         table.add_column("top-k (token p)", overflow="fold")
         for s, step in enumerate(p.steps):
@@ -153,7 +167,10 @@ def _print_trace(console: Console, trace: GenerationTrace, prompt: int | None, t
                 alts.append("  ")
             margin = Text(_fmt(step.margin, 3) + (" *" if fragile else ""), style="bold red" if fragile else "")
             token = Text(display_token(step.token), style="cyan")
-            table.add_row(str(s), str(step.token_id), token, _fmt(step.logprob), _percent(step.logprob), margin, alts)
+            kld = () if klds is None else (_fmt(klds[(i, s)], 3) if (i, s) in klds else "–",)
+            table.add_row(
+                str(s), str(step.token_id), token, _fmt(step.logprob), _percent(step.logprob), margin, *kld, alts
+            )
         console.print(table)
     if fragile_total:
         note = (
@@ -168,11 +185,27 @@ def _percent(logprob: float) -> str:
     return f"{100 * math.exp(min(logprob, 0.0)):.1f}%" if not math.isnan(logprob) else "nan"
 
 
-def show(path: Path, *, prompt: int | None = None, top: int | None = None, stream: IO[str] | None = None) -> int:
-    """Print a trace (or each checkpoint of a history) as tables: tokens, logprobs, margins and the top-k."""
+def show(
+    path: Path,
+    *,
+    prompt: int | None = None,
+    top: int | None = None,
+    reference: Path | None = None,
+    stream: IO[str] | None = None,
+) -> int:
+    """Print a trace (or each checkpoint of a history) as tables: tokens, logprobs, margins and the top-k; with a
+    `reference` trace, each step's KLD to it (the lower bound of `genguard fidelity`; "–" after the paths part)."""
     from rich.text import Text
 
     doc = load_document(path)
+    klds = None
+    if reference is not None:
+        if doc.is_history:
+            raise CliError(f"--reference: {path} is a recorder history; the KLD column compares single traces")
+        base, trace = load_trace(reference), doc.traces[0][1]
+        compared, _ = trace_fidelity(base, trace)
+        index = {p.prompt: i for i, p in enumerate(trace.prompts)}  # prompts are matched by text
+        klds = {(index[base.prompts[s.prompt].prompt], s.step): s.kld for s in compared}
     if prompt is not None:
         count = min((len(t.prompts) for _, t in doc.traces), default=0)
         if not 0 <= prompt < count:
@@ -182,7 +215,7 @@ def show(path: Path, *, prompt: int | None = None, top: int | None = None, strea
     for label, trace in doc.traces:
         if label:
             console.print(Text(label, style="bold"))
-        _print_trace(console, trace, prompt, top)
+        _print_trace(console, trace, prompt, top, klds)
     return EXIT_OK
 
 
@@ -220,6 +253,30 @@ def diff(
     out = stream if stream is not None else sys.stdout
     out.write(f"{expected_path} -> {actual_path}\n{text}\n")
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def fidelity(
+    reference_path: Path, candidate_path: Path, *, budget: str | None, as_json: bool, stream: IO[str] | None = None
+) -> int:
+    """How far a candidate trace is from a reference trace (lower bounds: the files hold top-k only); exit 0 within
+    the budget (or without one), 1 outside it."""
+    try:
+        limits = None if budget is None else parse_budget(budget)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    reference = load_trace(reference_path)
+    candidate = load_trace(candidate_path)
+    report = traces_report(reference, candidate, limits)
+    if not report.steps:
+        raise CliError(
+            f"{candidate_path}: shares no prompt with {reference_path}; record the candidate on the reference's prompts"
+        )
+    out = stream if stream is not None else sys.stdout
+    if as_json:
+        out.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        out.write(f"{reference_path} -> {candidate_path}\n{report}\n")
+    return EXIT_OK if report.holds else EXIT_FAILED
 
 
 def find_trace_files(folder: Path) -> list[Path]:
@@ -339,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_show.add_argument("file", type=Path, metavar="FILE")
     p_show.add_argument("--prompt", type=int, default=None, metavar="N", help="show only prompt N (0-based)")
     p_show.add_argument("--top", type=int, default=None, metavar="K", help="show at most K alternatives per step")
+    p_show.add_argument(
+        "--reference", type=Path, default=None, metavar="REF", help="add each step's KLD (lower bound) to trace REF"
+    )
     p_diff = sub.add_parser("diff", help="compare two traces (exit 0 when they agree, 1 when not)")
     p_diff.add_argument("expected", type=Path, metavar="EXPECTED")
     p_diff.add_argument("actual", type=Path, metavar="ACTUAL")
@@ -348,6 +408,15 @@ def build_parser() -> argparse.ArgumentParser:
     p_diff.add_argument(
         "--ignore-fingerprints", action="store_true", help="compare traces of two different models on purpose"
     )
+    p_fid = sub.add_parser(
+        "fidelity", help="how far a candidate trace is from a reference (KLD lower bound; exit 1 outside --budget)"
+    )
+    p_fid.add_argument("reference", type=Path, metavar="REFERENCE")
+    p_fid.add_argument("candidate", type=Path, metavar="CANDIDATE")
+    p_fid.add_argument(
+        "--budget", default=None, metavar="PRESET|KEY=VALUE,...", help="bf16, fp16, int8, int4 or limits"
+    )
+    p_fid.add_argument("--json", action="store_true", help="print the report as JSON")
     p_bisect = sub.add_parser(
         "bisect",
         help="name the release that changed a snapshot test's verdict (exit 0 found, 1 no change, 3 inconclusive)",
@@ -397,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "show":
             if args.top is not None and args.top < 1:
                 raise CliError(f"--top {args.top}: must be at least 1")
-            return show(args.file, prompt=args.prompt, top=args.top)
+            return show(args.file, prompt=args.prompt, top=args.top, reference=args.reference)
         if args.command == "diff":
             return diff(
                 args.expected,
@@ -409,6 +478,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.command == "check-server":
             return check_server_command(args.url, args.paths, model=args.model, dtype=args.dtype, timeout=args.timeout)
+        if args.command == "fidelity":
+            return fidelity(args.reference, args.candidate, budget=args.budget, as_json=args.json)
         if args.command == "bisect":
             return bisect_command(args.nodeid, args.package, args.good, args.bad, args.pre, args.find_links)
         return report(args.folder, args.output)

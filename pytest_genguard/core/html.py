@@ -8,7 +8,8 @@ differ, the verdict and the command that re-records. Logprob drift is the most c
 draws every alternative's bar at "0%": so each value that differs from the other side's value for the same token is
 marked (class ``d`` within tolerance, ``x`` beyond it, with the other value and the difference in its title), and an
 alternative the other side's top-k lacks is marked ``n``. A run where everything held gets a short "all N checks
-held" page. Every string is escaped; tokens that are not valid UTF-8 on their own (stored as lone surrogates) are
+held" page; a snapshot judged by a fidelity budget gets each step's KLD to the reference instead of the sides. Every
+string is escaped; tokens that are not valid UTF-8 on their own (stored as lone surrogates) are
 shown as ``\\xNN``; alternatives are named from the traces' ``token_texts`` (ids show as ``#id`` only in traces that
 do not carry it).
 """
@@ -22,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_genguard.core.comparison import Comparison
+from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.text import clean, display_token, quote
 from pytest_genguard.core.tolerances import Tolerances, dtype_default, same
@@ -290,6 +292,26 @@ class Page:
         )
         n = max(len(comparison.expected.prompts), len(comparison.actual.prompts))
         parts.extend(self.side_by_side(comparison, i) for i in range(n))
+        return "".join(parts)
+
+    def fidelity(self, reference: GenerationTrace, candidate: GenerationTrace) -> str:
+        """A fidelity judgement (``@pytest.mark.genguard(fidelity=...)``): per prompt, each step's KLD lower bound
+        to the reference, Δp and whether the top-1 agrees (`core.fidelity.trace_fidelity`)."""
+        steps, _ = trace_fidelity(reference, candidate)
+        texts = _texts(reference, candidate)
+        parts = ['<p class="muted key">KLD ≥: KL(reference ‖ candidate), a lower bound from the recorded top-k</p>']
+        for i, p in enumerate(reference.prompts):
+            rows = [
+                f"<tr{'' if s.same_top1 else ' class=x'}><td class=n>{s.step}</td><td>{_tok(texts.get(s.token_id))}"
+                f"</td><td class=n>{_num(s.kld, 3)}</td><td class=n>{_num(s.delta_p, 3)}</td>"
+                f"<td>{'yes' if s.same_top1 else 'no'}</td></tr>"
+                for s in steps
+                if s.prompt == i
+            ]
+            parts.append(
+                f"<h3>prompt {i}: {escape(quote(p.prompt, 80))}</h3><table><tr><th>step</th><th>reference token</th>"
+                "<th>KLD ≥</th><th>Δp</th><th>same top-1</th></tr>" + "".join(rows) + "</table>"
+            )
         return "".join(parts)
 
     def trace(self, trace: GenerationTrace) -> str:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["EngineLogits", "Preference", "teacher_force", "teacher_force_with_preferences"]
+__all__ = ["EngineLogits", "Preference", "forced_logits", "teacher_force", "teacher_force_with_preferences"]
 
 EngineLogits = Callable[[GenerationTrace, int], "torch.Tensor"]
 """Another engine's forward pass (`pytest_genguard.engines`): the raw float32 logits ``[prompts, steps, vocab]``
@@ -161,6 +161,15 @@ def _takes_logits_to_keep(forward: Any) -> bool:
 @functools.lru_cache(maxsize=64)
 def _function_takes_logits_to_keep(function: Any) -> bool:
     return "logits_to_keep" in inspect.signature(function).parameters
+
+
+def forced_logits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace) -> torch.Tensor:
+    """The raw logits ``[prompts, steps, vocab]`` (float32) that predict each recorded step of `trace`, from one
+    forward pass over prompt + recorded path for the whole batch; steps past a prompt's own end are padding."""
+    if not trace.prompts or not any(p.steps for p in trace.prompts):
+        raise ValueError("the reference trace has no generated steps; record one with record(..., max_new_tokens=N)")
+    with inference(model):
+        return _forward(model, tokenizer, trace, max(len(p.steps) for p in trace.prompts)).logits
 
 
 def teacher_force(

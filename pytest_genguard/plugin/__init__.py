@@ -108,9 +108,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "genguard(atol=None, rtol=None, tie_tol=None, lse_ulps=None, allow_nonfinite=False, allow_dtype_change=False): "
-        "per-test tolerances for genguard comparisons; allow_nonfinite=True lets a snapshot hold NaN/inf logprobs or "
-        "scores; allow_dtype_change=True lets a snapshot of one dtype judge a run in another.",
+        "genguard(atol=None, rtol=None, tie_tol=None, lse_ulps=None, allow_nonfinite=False, allow_dtype_change=False, "
+        "fidelity=None): per-test tolerances for genguard comparisons; allow_nonfinite=True lets a snapshot hold "
+        "NaN/inf logprobs or scores; allow_dtype_change=True lets a snapshot of one dtype judge a run in another; "
+        "fidelity='int8' (bf16, fp16, int8, int4, or a mapping of limits) judges the snapshot by a fidelity budget.",
     )
     config.addinivalue_line(
         "markers", "genguard_gpu: needs CUDA; runs only with --genguard-gpu (skipped with a reason otherwise)."

@@ -48,7 +48,9 @@ def _failure(page: Page, nodeid: str, event: CheckEvent | InvariantEvent, tolera
     if isinstance(event, CheckEvent) and (event.expected is not None or event.actual is not None):
         expected = _parse(event.expected, f"{nodeid} (expected)")
         actual = _parse(event.actual, f"{nodeid} (actual)")
-        if isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace):
+        if isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace) and event.via == "fidelity":
+            parts.append(page.fidelity(expected, actual))  # judged by a budget, not by the float rule
+        elif isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace):
             # verify() compares values of a model on purpose: its fingerprints are not the verdict
             cmp = compare(expected, actual, check_fingerprints=event.kind != "verify", **tolerances.args())
             parts.append(page.comparison(cmp))

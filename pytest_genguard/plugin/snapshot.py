@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from syrupy.types import SnapshotIndex
 
 __all__ = [
+    "FIDELITY",
     "FILE_EXTENSION",
     "GenguardSnapshotExtension",
     "Plan",
@@ -64,7 +65,8 @@ __all__ = [
 FILE_EXTENSION = "genguard"
 ALLOW_NONFINITE = "allow_nonfinite"
 ALLOW_DTYPE_CHANGE = "allow_dtype_change"
-MARKER_KEYS = (*TOLERANCE_FIELDS, ALLOW_NONFINITE, ALLOW_DTYPE_CHANGE)
+FIDELITY = "fidelity"  # a budget, validated by plugin/fidelity_marker.py
+MARKER_KEYS = (*TOLERANCE_FIELDS, ALLOW_NONFINITE, ALLOW_DTYPE_CHANGE, FIDELITY)
 _MAX_DIFF_LINES = 40
 # A name's 255 characters hold the stem, ".genguard" and the 38 characters atomic_write_text's temporary file adds.
 _MAX_STEM = 200
@@ -239,6 +241,8 @@ def _marker_kwargs(node: pytest.Item) -> dict[str, Any]:
         for key, value in mark.kwargs.items():
             if key not in MARKER_KEYS:
                 pytest.fail(f"{where}: unknown argument {key!r}; accepted: {', '.join(MARKER_KEYS)}", False)
+            if key == FIDELITY:
+                continue
             if key in (ALLOW_NONFINITE, ALLOW_DTYPE_CHANGE):
                 if not isinstance(value, bool):
                     pytest.fail(f"{where}: {key}={value!r} is not True or False", False)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_genguard.core import events
+from pytest_genguard.core.budget import FidelityReport
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import Outcome, dump_document, parse_document
@@ -34,6 +35,7 @@ from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf import record as recording_module  # looked up per call: tests replace record()
 from pytest_genguard.hf.environment import environment
+from pytest_genguard.plugin.fidelity_marker import Judged, between_traces, marker_budget, with_model
 from pytest_genguard.plugin.reference import on_trace
 from pytest_genguard.plugin.server_check import judge_stored
 from pytest_genguard.plugin.settings import Settings, settings
@@ -103,6 +105,7 @@ class GenguardSnapshot:
         )
         self._syrupy = Syrupy(snapshot, request.config, plan)
         self.allow_nonfinite = allows_nonfinite(request.node)  # NaN/inf may be stored
+        self.budget = marker_budget(request.node)  # @pytest.mark.genguard(fidelity=...): judged by a budget
         self.explanation: list[str] = []
         self.last_name = ""
         self.last_source = ""
@@ -303,7 +306,9 @@ class GenguardSnapshot:
         index = self._syrupy.index
         self.last_name, self.last_source = self.name, self._relative(self.location)
         diff_mode = str(getattr(self._config.option, "diff_mode", "detailed"))
-        subject = Value(self.extension, other, received, detailed_diff=diff_mode == "detailed")
+        subject: Subject = Value(self.extension, other, received, detailed_diff=diff_mode == "detailed")
+        if self.budget is not None:
+            subject = Judged(subject, between_traces(other, self.budget), lambda: other, self._syrupy.plan.rerecord)
         refused = self.refusal(other, "the trace")
         if refused is not None:  # checked before anything is read: NaN would equal NaN ("identical")
             self.explanation = refused
@@ -356,13 +361,15 @@ class GenguardSnapshot:
         top_k: int = 5,
         seed: int | None = None,
         **generate_kwargs: Any,
-    ) -> Comparison:
+    ) -> Comparison | FidelityReport:
         """Check this test's stored trace against `model` by teacher forcing, without re-generating it.
 
         The snapshot rule applies: a changed model or tokenizer fingerprint makes the snapshot stale. With `prompts`
         (and `max_new_tokens`, `top_k`, `seed`, generate kwargs as for `record()`), the snapshot can also be
         recorded: a missing one with ``--snapshot-update``, a stale one with ``--genguard-update-stale``; changed
-        arguments make the snapshot stale. Raises AssertionError (explained) when the check fails.
+        arguments make the snapshot stale. Raises AssertionError (explained) when the check fails. Under
+        ``@pytest.mark.genguard(fidelity=...)`` the stored trace is judged by the budget instead and the
+        `FidelityReport` is returned (see `pytest_genguard.plugin.fidelity_marker`).
         """
         __tracebackhide__ = True
         if prompts is not None and max_new_tokens is None:
@@ -381,6 +388,11 @@ class GenguardSnapshot:
         subject = Verified(
             model, tokenizer, recording, record, self.overrides, self._syrupy.plan.rerecord, self.refusal
         )
+        if self.budget is not None:  # the stored paths, teacher forced through the candidate: judged by the budget
+            judged = Judged(subject, with_model(model, tokenizer, self.budget), lambda: None, subject.rerecord)
+            if not self._check(judged, store):
+                raise AssertionError("\n".join(self.explanation))
+            return judged.report if judged.report is not None else compare(subject.counted(), subject.counted())
         if not (self._check(subject, store) and self._server(store)):
             raise AssertionError("\n".join(self.explanation))
         if subject.comparison is None:  # written (recorded for the first time): nothing was compared

@@ -70,7 +70,8 @@ def test_a_class_marker_applies_and_the_method_marker_wins_per_key(recorded: pyt
     [
         (
             "atoll=1e-3",
-            "unknown argument 'atoll'; accepted: atol, rtol, tie_tol, lse_ulps, allow_nonfinite, allow_dtype_change",
+            "unknown argument 'atoll'; accepted: atol, rtol, tie_tol, lse_ulps, allow_nonfinite, allow_dtype_change, "
+            "fidelity",
         ),
         ("atol='tight'", "atol='tight' is not a number >= 0 (write e.g. atol=1e-4)"),
         ("rtol=-1.0", "rtol=-1.0 is not a number >= 0*"),
@@ -80,7 +81,7 @@ def test_a_class_marker_applies_and_the_method_marker_wins_per_key(recorded: pyt
         (
             "1e-3",
             "takes keyword arguments only (atol=, rtol=, tie_tol=, lse_ulps=, allow_nonfinite=, "
-            "allow_dtype_change=); got (0.001,)",
+            "allow_dtype_change=, fidelity=); got (0.001,)",
         ),
     ],
     ids=["unknown-key", "string", "negative", "bool", "infinite", "allow-nonfinite-not-bool", "positional"],

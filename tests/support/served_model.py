@@ -1,5 +1,5 @@
 """The tiny llama the vLLM server tests serve, pinned in fixtures/vllm_tiny_llama (``python
-tests/support/served_model.py`` rebuilds it; tests/serving/test_served_model_fixture.py checks the rebuild reproduces it).
+tests/support/served_model.py`` rebuilds it; tests/serving/test_served_model_fixture.py checks it reproduces it).
 
 vLLM's CPU attention refuses head_dim 16, so this llama is wider than `tiny_model`'s default: hidden 128, 4 heads
 (head_dim 32). Its output layer is scaled up so the distributions are sharp (an untrained tiny model is near uniform,

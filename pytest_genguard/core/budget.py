@@ -1,0 +1,318 @@
+"""Fidelity budgets: limits on the metrics of `pytest_genguard.core.fidelity`, the presets named by precision, and
+the report that judges a candidate by them (`FidelityReport`, its failure text). Standard library only.
+
+A budget is a `Budget` (frozen; unset limits are not judged), a preset name (``"bf16"``, ``"fp16"``, ``"int8"``,
+``"int4"``) or a mapping of limits (``{"kld_mean": 1e-4, "top1_agreement": 0.99}``). The presets' numbers were
+measured on real quantizers here (docs/fidelity.md, benchmarks/RESULTS.md: each correct quantization holds its
+preset with the margin written there, and realistic bugs of the same precision fail it).
+
+With a lower bound (a reference trace without its model), a KLD above its limit is proven; a KLD within it is not
+(the true value may be higher): the report says so, with how much of the reference's mass the recorded top-k covered.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import types
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_genguard.core.fidelity import StepFidelity, aggregate, trace_fidelity
+from pytest_genguard.core.text import number, plural, quote
+from pytest_genguard.core.trace import GenerationTrace
+
+__all__ = [
+    "LIMITS",
+    "PRESETS",
+    "Budget",
+    "FidelityReport",
+    "Violation",
+    "budget_of",
+    "parse_budget",
+    "traces_report",
+]
+
+LIMITS: dict[str, str] = {
+    "kld_mean": "max",
+    "kld_median": "max",
+    "kld_p90": "max",
+    "kld_p99": "max",
+    "kld_p999": "max",
+    "kld_max": "max",
+    "top1_agreement": "min",
+    "rms_delta_p": "max",
+    "max_abs_delta_p": "max",
+    "flips": "max",
+    "on_path_share": "min",
+}
+"""Every limit a budget may set, and whether it is a maximum or a minimum of its metric."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits on fidelity metrics (None: not judged). KLD in nats, KL(reference || candidate); `top1_agreement`
+    and `on_path_share` are minimum shares (0-1), `flips` a maximum count."""
+
+    kld_mean: float | None = None
+    kld_median: float | None = None
+    kld_p90: float | None = None
+    kld_p99: float | None = None
+    kld_p999: float | None = None
+    kld_max: float | None = None
+    top1_agreement: float | None = None
+    rms_delta_p: float | None = None
+    max_abs_delta_p: float | None = None
+    flips: float | None = None
+    on_path_share: float | None = None
+    name: str = "custom"
+    """The preset's name, or "custom"."""
+
+    def __post_init__(self) -> None:
+        for key in LIMITS:
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"fidelity budget: {key}={value!r} must be a finite number >= 0 (e.g. {key}=1e-4).")
+            if LIMITS[key] == "min" and value > 1:
+                raise ValueError(f"fidelity budget: {key}={value!r} is a share between 0 and 1 (e.g. {key}=0.99).")
+            object.__setattr__(self, key, float(value))
+
+    def limits(self) -> dict[str, float]:
+        """The limits set, in `LIMITS` order."""
+        return {key: value for key in LIMITS if (value := getattr(self, key)) is not None}
+
+    def __str__(self) -> str:
+        shown = ", ".join(
+            f"{key} {'<=' if LIMITS[key] == 'max' else '>='} {value:g}" for key, value in self.limits().items()
+        )
+        return f"{self.name} ({shown})"
+
+
+PRESETS: dict[str, Budget] = {
+    # Measured (docs/fidelity.md, benchmarks/RESULTS.md): between the worst correct candidate of the precision and the
+    # mildest realistic bug, on the pinned fine-tuned tiny llama and the 26M-parameter llama, teacher forced, float64.
+    # Weight-only int8 (torchao, optimum-quanto, round-to-nearest per output channel); "int4" also holds torch's
+    # quantize_dynamic (int8 weights and activations), which is int4's class of error here, not int8's.
+    "bf16": Budget(kld_mean=1e-4, kld_p99=3e-3, kld_max=4e-3, name="bf16"),
+    "fp16": Budget(kld_mean=1e-5, kld_p99=2e-4, kld_max=3e-4, name="fp16"),
+    "int8": Budget(kld_mean=2e-4, kld_p99=3e-3, kld_max=4e-3, name="int8"),
+    "int4": Budget(kld_mean=1.5e-1, kld_p90=5e-2, name="int4"),
+}
+
+
+def budget_of(budget: str | Mapping[str, Any] | Budget | None, *, where: str = "fidelity()") -> Budget | None:
+    """A budget from a preset name, a mapping of limits or a `Budget` (None stays None); a clear ValueError for an
+    unknown preset or limit."""
+    if budget is None or isinstance(budget, Budget):
+        return budget
+    if isinstance(budget, str):
+        if budget not in PRESETS:
+            raise ValueError(
+                f"{where}: unknown fidelity budget {budget!r}; the presets are {', '.join(map(repr, PRESETS))}, "
+                f"or pass a mapping of limits ({', '.join(LIMITS)})."
+            )
+        return PRESETS[budget]
+    if isinstance(budget, Mapping):
+        unknown = [k for k in budget if k not in LIMITS]
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown fidelity limit {', '.join(map(repr, unknown))}; accepted: {', '.join(LIMITS)}."
+            )
+        if not budget:
+            raise ValueError(f"{where}: the fidelity budget mapping is empty; set at least one of {', '.join(LIMITS)}.")
+        try:
+            return Budget(**{str(k): v for k, v in budget.items()})
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    raise TypeError(
+        f"{where}: budget must be a preset name ({', '.join(PRESETS)}), a mapping of limits or a Budget, "
+        f"got {type(budget).__name__}."
+    )
+
+
+def parse_budget(text: str, *, where: str = "--budget") -> Budget:
+    """A budget from command-line text: a preset name (``int8``) or ``KEY=VALUE,...`` (``kld_mean=1e-4,flips=0``)."""
+    text = text.strip()
+    if "=" not in text:
+        parsed = budget_of(text, where=where)
+        assert parsed is not None
+        return parsed
+    limits: dict[str, float] = {}
+    for item in text.split(","):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key:
+            raise ValueError(f"{where}: {item.strip()!r} is not KEY=VALUE (e.g. kld_mean=1e-4,top1_agreement=0.99).")
+        try:
+            limits[key] = float(value)
+        except ValueError:
+            raise ValueError(f"{where}: {key}={value!r} is not a number (e.g. {key}=1e-4).") from None
+    parsed = budget_of(limits, where=where)
+    assert parsed is not None
+    return parsed
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A limit the candidate did not keep, and the step that shows it most."""
+
+    key: str
+    value: float
+    limit: float
+    worst: StepFidelity | None
+
+
+def _worst(key: str, steps: Sequence[StepFidelity]) -> StepFidelity | None:
+    """The step that shows a metric's failure most: the largest KLD, |Δp|, or the first step that disagrees."""
+    if not steps:
+        return None
+    if key.startswith("kld"):
+        return max(steps, key=lambda s: s.kld)
+    if key.endswith("delta_p"):
+        return max(steps, key=lambda s: abs(s.delta_p or 0.0))
+    if key == "flips":
+        return next((s for s in steps if s.flipped), None)
+    return next((s for s in steps if not s.same_top1), None)
+
+
+@dataclass(frozen=True)
+class FidelityReport:
+    """A candidate judged against a reference: `.metrics` (see `core.fidelity.METRIC_KEYS`), `.holds` (within the
+    budget; True without one), `.exact` (False: KLD figures are lower bounds), and ``str()`` explaining it."""
+
+    steps: tuple[StepFidelity, ...]
+    budget: Budget | None = None
+    skipped: int = 0
+    """Reference steps that could not be compared (after a free-running candidate left the path)."""
+    token_texts: Mapping[int, str] | None = None
+    prompts: tuple[str, ...] = ()
+    """The reference's prompts, to name the worst step's prompt by its text."""
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.steps) and all(s.exact for s in self.steps)
+
+    @functools.cached_property
+    def metrics(self) -> Mapping[str, float]:
+        """The aggregates (keys: `core.fidelity.METRIC_KEYS`), read-only."""
+        return types.MappingProxyType(aggregate(self.steps))
+
+    @functools.cached_property
+    def violations(self) -> tuple[Violation, ...]:
+        if self.budget is None:
+            return ()
+        metrics = self.metrics
+        out = []
+        for key, limit in self.budget.limits().items():
+            value = metrics[key]
+            bad = value > limit if LIMITS[key] == "max" else value < limit
+            if bad:
+                out.append(Violation(key, value, limit, _worst(key, self.steps)))
+        return tuple(out)
+
+    @property
+    def holds(self) -> bool:
+        return not self.violations
+
+    def __bool__(self) -> bool:
+        return self.holds
+
+    def _token(self, token_id: int) -> str:
+        text = (self.token_texts or {}).get(token_id)
+        return f"{token_id}" if text is None else f"{token_id} {text!r}"
+
+    def _top(self, top: tuple[tuple[int, float], ...]) -> str:
+        return ", ".join(f"{self._token(i)} {number(lp)}" for i, lp in top) or "(not recorded)"
+
+    def _step_lines(self, step: StepFidelity) -> list[str]:
+        dp = "unknown" if step.delta_p is None else number(step.delta_p)
+        rank = "beyond the candidate's top-k" if step.rank is None else str(step.rank)
+        prompt = f" {quote(self.prompts[step.prompt], 40)}" if step.prompt < len(self.prompts) else ""
+        token = self._token(step.token_id)
+        return [
+            f"  worst step: prompt {step.prompt}{prompt} step {step.step} (reference token {token}): "
+            f"KLD {number(step.kld)}{'' if step.exact else ' (lower bound)'}, Δp {dp}, rank under the candidate {rank}",
+            f"    reference top-k: {self._top(step.reference_top)}",
+            f"    candidate top-k: {self._top(step.candidate_top)}",
+        ]
+
+    def __str__(self) -> str:
+        m = self.metrics
+        n = int(m["steps"])
+        kind = "exact (full vocabulary, float64)" if self.exact else "KLD is a LOWER BOUND (recorded top-k + rest)"
+        if self.budget is None:
+            head = f"fidelity: {plural(n, 'step')}, {kind}"
+        elif self.holds:
+            head = f"fidelity within budget {self.budget}: {plural(n, 'step')}, {kind}"
+        else:
+            names = ", ".join(v.key for v in self.violations)
+            head = f"fidelity OUTSIDE budget {self.budget.name}: {names}; {plural(n, 'step')}, {kind}"
+        lines = [
+            head,
+            f"  KLD mean {number(m['kld_mean'])} ± {number(m['kld_stderr'])}, median {number(m['kld_median'])}, "
+            f"p90 {number(m['kld_p90'])}, p99 {number(m['kld_p99'])}, p99.9 {number(m['kld_p999'])}, "
+            f"max {number(m['kld_max'])}",
+            f"  same top-1 {100 * m['top1_agreement']:.2f}%, flips {int(m['flips'])}, "
+            f"RMS Δp {number(m['rms_delta_p'])}, max |Δp| {number(m['max_abs_delta_p'])}, "
+            f"on the reference path {int(m['on_path_steps'])}/{n} steps",
+        ]
+        if not self.exact:
+            lines.append(
+                f"  the recorded top-k covered {100 * m['covered_mean']:.2f}% of the reference's probability mass on "
+                f"average (least {100 * m['covered_min']:.2f}%): the true KLD may be higher"
+                + ("; within budget is not proven" if self.budget is not None and self.holds else "")
+                + ". Pass reference_model= to fidelity() for exact metrics, or record with a larger top_k."
+            )
+        if self.skipped:
+            lines.append(
+                f"  {plural(self.skipped, 'reference step')} not compared: the candidate's own path left the "
+                "reference's (contexts differ after that); teacher force the candidate for every step"
+            )
+        shown: set[tuple[int, int]] = set()
+        for v in self.violations:
+            op = ">" if LIMITS[v.key] == "max" else "<"
+            lines.append(f"  {v.key} = {number(v.value)} {op} limit {v.limit:g}")
+            if v.worst is None:
+                continue
+            where = (v.worst.prompt, v.worst.step)
+            if where in shown:
+                lines.append(f"  worst step: prompt {where[0]} step {where[1]} (above)")
+            else:
+                shown.add(where)
+                lines += self._step_lines(v.worst)
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON data (for ``genguard fidelity --json``)."""
+        return {
+            "holds": self.holds,
+            "exact": self.exact,
+            "budget": None if self.budget is None else {"name": self.budget.name, **self.budget.limits()},
+            "metrics": dict(self.metrics),
+            "skipped": self.skipped,
+            "violations": [
+                {
+                    "key": v.key,
+                    "value": v.value,
+                    "limit": v.limit,
+                    "worst": None if v.worst is None else {"prompt": v.worst.prompt, "step": v.worst.step},
+                }
+                for v in self.violations
+            ],
+            "per_step": [
+                {"prompt": s.prompt, "step": s.step, "kld": s.kld, "delta_p": s.delta_p, "same_top1": s.same_top1}
+                for s in self.steps
+            ],
+        }
+
+
+def traces_report(reference: GenerationTrace, candidate: GenerationTrace, budget: Budget | None) -> FidelityReport:
+    """The report on a candidate trace against a reference trace alone: the KLD lower bound of
+    `core.fidelity.trace_fidelity` (``genguard fidelity``, the fidelity marker's ``trace == genguard_snapshot``)."""
+    steps, skipped = trace_fidelity(reference, candidate)
+    texts = {**candidate.token_texts, **reference.token_texts}
+    texts.update({s.token_id: s.token for t in (reference, candidate) for p in t.prompts for s in p.steps})
+    prompts = tuple(p.prompt for p in reference.prompts)
+    return FidelityReport(tuple(steps), budget, skipped=skipped, token_texts=texts, prompts=prompts)
