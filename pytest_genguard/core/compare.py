@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from pytest_genguard.core.comparison import Comparison
-from pytest_genguard.core.environments import environment_diff, logprobs_epsilon
+from pytest_genguard.core.environments import environment_diff, logprobs_epsilon, scores_epsilon
 from pytest_genguard.core.jsontext import JSONScalar, changed_keys, same_scalar
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.tolerances import (
@@ -65,6 +65,10 @@ class _Stats:
         return ErrorStats(self.compared, self.exceeded, self.max_abs, mean, self.max_rel, worst)
 
 
+_Epsilons = tuple[float, float]
+"""(logprobs, scores): the machine epsilon of the coarser dtype the two traces computed each kind of value in."""
+
+
 @dataclass
 class _PromptRun:
     """State of one prompt's walk."""
@@ -74,11 +78,11 @@ class _PromptRun:
     tol: Tolerances
     differs: bool = False  # some compared value or the top-k order is not bitwise equal
     failure: tuple[DivergenceKind, str] | None = None  # first value beyond tolerance in the current step
-    epsilon: float = 0.0  # of the coarser dtype the two traces' logprobs were computed in
-    rounding: float = 0.0  # the current step's: epsilon * |lse| (`step_scale`)
+    epsilons: _Epsilons = (0.0, 0.0)
+    rounding: float = 0.0  # the current value's: its dtype's epsilon * the step's |lse| (`step_scale`)
 
     def check(self, a: float, b: float, step: int, where: str, kind: DivergenceKind, label: str) -> None:
-        """Compare one value pair, record statistics and the step's first failure."""
+        """Compare one value pair (under the current `rounding`), record statistics and the step's first failure."""
         st = self.stats
         st.compared += 1
         if same(a, b):
@@ -122,11 +126,23 @@ def step_scale(e: Step, a: Step) -> float:
     return max((x for x in estimates if math.isfinite(x)), default=0.0)
 
 
+def _epsilons(expected: GenerationTrace, actual: GenerationTrace) -> _Epsilons:
+    """Each value is rounded in the dtype it was computed in, which the trace says (`core.environments`): logprobs
+    in float64 since pytest-genguard 0.2, processed scores in float32 always (beam search's are float32
+    log-softmaxes, as sensitive to the kernel set as 0.1's logprobs were)."""
+    e, a = expected.environment, actual.environment
+    return max(logprobs_epsilon(e), logprobs_epsilon(a)), max(scores_epsilon(e), scores_epsilon(a))
+
+
 def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
     """Compare the values of a step where both sides chose the same token."""
-    run.rounding = run.epsilon * step_scale(e, a)
+    scale = step_scale(e, a)
+    logprobs, scores = run.epsilons
+    run.rounding = logprobs * scale
     run.check(e.logprob, a.logprob, s, "logprob", "logprob", "logprob")
+    run.rounding = scores * scale
     run.check(e.score, a.score, s, "score", "logprob", "score")
+    run.rounding = logprobs * scale  # the top-k below are logprobs
     if e.top_ids != a.top_ids:
         run.differs = True
     if len(e.top_ids) != len(a.top_ids):
@@ -219,13 +235,13 @@ def _divergence(
 
 
 def _compare_prompt(
-    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats, epsilon: float
+    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats, epsilons: _Epsilons
 ) -> tuple[Verdict, Divergence | None]:
     """Walk one prompt's common prefix; return its verdict and its first divergence."""
     if e.prompt_ids != a.prompt_ids:
         detail = f"prompt_ids {_ids(e.prompt_ids)} vs {_ids(a.prompt_ids)}"
         return Verdict.REGRESSION, _divergence(i, e, 0, "prompt", None, None, detail)
-    run = _PromptRun(i, stats, tol, epsilon=epsilon)
+    run = _PromptRun(i, stats, tol, epsilons=epsilons)
     n = min(len(e.steps), len(a.steps))
     for s in range(n):
         es, as_ = e.steps[s], a.steps[s]
@@ -353,7 +369,7 @@ def compare(
         if not isinstance(value, GenerationTrace):
             raise TypeError(f"compare: {name} must be a GenerationTrace, got {type(value).__name__}")
     tol = resolve(default_tolerances(expected, actual), tolerances)
-    epsilon = max(logprobs_epsilon(expected.environment), logprobs_epsilon(actual.environment))
+    epsilons = _epsilons(expected, actual)
     stats = _Stats()
     divergences: list[Divergence] = []
     verdicts: list[Verdict | None] = []
@@ -361,7 +377,7 @@ def compare(
         if e.prompt != a.prompt:
             verdicts.append(None)
             continue
-        verdict, div = _compare_prompt(i, e, a, tol, stats, epsilon)
+        verdict, div = _compare_prompt(i, e, a, tol, stats, epsilons)
         verdicts.append(verdict)
         if div is not None:
             divergences.append(div)

@@ -58,6 +58,7 @@ def record(
     `top_k` is how many alternatives are recorded per step; a sampling top-k goes in a `generation_config`.
     `seed` seeds sampling without touching the caller's RNG. Other keyword arguments go to `generate()`.
     """
+    checks.check_tokenizer(tokenizer)
     call = _Call.checked("record()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs)
 
     def tokenize(pad_id: Any, left: bool) -> _Batch:
@@ -93,6 +94,7 @@ def generate_from_ids(
     prompt_ids are `rows`), the `generate()` output (raw `logits`, processed `scores`, `sequences`) and the column
     of `sequences` where generated tokens start. The arguments are checked as record()'s are.
     """
+    checks.check_tokenizer(tokenizer)
     call = _Call.checked("generate_from_ids()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs)
     if len(rows) != len(call.prompts):
         raise ValueError(f"generate_from_ids(): {len(call.prompts)} prompts but {len(rows)} rows of token ids.")
@@ -129,7 +131,7 @@ class _Call:
         prompt_list = validation.prompt_list(prompts, where=where)
         max_new = validation.integer(max_new_tokens, "max_new_tokens", minimum=1, where=where)
         k = validation.integer(top_k, "top_k", minimum=1, where=where)
-        checked_seed = validation.optional_integer(seed, "seed", where=where)
+        checked_seed = validation.seed(seed, where=where)
         checks.check_model(model)
         checks.check_top_k(k, model)
         checks.check_generate_kwargs(generate_kwargs)
@@ -154,6 +156,7 @@ def _generate(
 
     encoder_decoder = bool(getattr(model.config, "is_encoder_decoder", False))
     prepared = prepare(model, tokenizer, call.max_new_tokens, dict(call.generate_kwargs))
+    checks.check_seeded(bool(prepared.config.do_sample), call.seed)
     device = model_device(model)
     if "stop_strings" in call.generate_kwargs or getattr(prepared.config, "stop_strings", None):
         prepared.model_kwargs.setdefault("tokenizer", tokenizer)  # generate() needs it to match stop strings
@@ -203,7 +206,7 @@ def _encode(
     """The padded batch. A tokenizer without a pad token (GPT-2's own) cannot pad, so the batch is padded here with
     the id `generate()` pads with: padding is masked, so which id fills it does not change what is generated."""
     if tokenizer.pad_token_id is not None or len(prompts) == 1:
-        batch = tokenizer(prompts, return_tensors="pt", padding=True)
+        batch = tokenizer(prompts, return_tensors="pt", padding=len(prompts) > 1)  # one prompt needs no padding
         return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if not isinstance(pad_id, int):
         raise ValueError(
