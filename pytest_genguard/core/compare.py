@@ -42,7 +42,7 @@ from pytest_genguard.core.tolerances import (
     resolve,
     same,
 )
-from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
 from pytest_genguard.core.verdict import Divergence, DivergenceKind, ErrorStats, Verdict, worst
 
 __all__ = ["compare", "step_scale"]
@@ -101,7 +101,14 @@ class _PromptRun:
         if not diff <= allowed:
             st.exceeded += 1
             if self.failure is None:
-                self.failure = (kind, f"{label} {_pair(a, b)} (|diff| {diff:.2g} > tol {allowed:.2g})")
+                why = f"|diff| {diff:.2g} > tol {allowed:.2g}" if finite else _not_finite(a, b)
+                self.failure = (kind, f"{label} {_pair(a, b)} ({why})")
+
+
+def _not_finite(a: float, b: float) -> str:
+    """Which side holds NaN or inf (a recorded one was refused when stored: the file was edited or damaged)."""
+    sides = [side for side, v in (("expected", a), ("actual", b)) if not math.isfinite(v)]
+    return f"the {sides[0]} value is not a finite number" if len(sides) == 1 else "neither value is a finite number"
 
 
 def _pair(a: float, b: float) -> str:
@@ -311,6 +318,39 @@ def _config_changes(expected: ModelFingerprint, actual: ModelFingerprint) -> lis
     return changed[:3] + ([f"{len(changed) - 3} more config keys"] if len(changed) > 3 else [])
 
 
+_TOKENIZER_PARTS = (("vocab", "vocabulary"), ("merges", "merges"), ("added_tokens", "added tokens"))
+
+
+def _tokenizer_changes(expected: TokenizerFingerprint, actual: TokenizerFingerprint) -> list[str]:
+    """What changed between two tokenizers, part by part (`TokenizerFingerprint.parts`); empty when a side does not
+    have its parts."""
+    e, a = expected.parts, actual.parts
+    if e is None or a is None:
+        return []
+    changes = []
+    if expected.vocab_size != actual.vocab_size:
+        changes.append(f"vocabulary size {expected.vocab_size} -> {actual.vocab_size}")
+    for key, label in _TOKENIZER_PARTS:
+        if e.get(key) != a.get(key):
+            changes.append(f"{label} {_value(e.get(key))} -> {_value(a.get(key))}")
+        elif e.get(f"{key}_hash") != a.get(f"{key}_hash"):
+            changes.append(f"{label} changed ({_value(e.get(key))} entries)")
+    if e.get("normalizer") != a.get("normalizer"):
+        changes.append(f"normalizer {_bare(e.get('normalizer'))} -> {_bare(a.get('normalizer'))}")
+    for key in sorted(k for k in set(e) | set(a) if k.startswith("special.")):
+        if e.get(key) != a.get(key):
+            old = _value(e[key]) if key in e else "(unset)"
+            new = _value(a[key]) if key in a else "(unset)"
+            changes.append(f"special token {key.removeprefix('special.')} {old} -> {new}")
+    if expected.name != actual.name:
+        changes.append(f"class {expected.name} -> {actual.name}")
+    return changes
+
+
+def _bare(value: JSONScalar) -> str:
+    return "?" if value is None else str(value)
+
+
 def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fingerprints: bool) -> tuple[str, ...]:
     reasons = []
     em, am = expected.model, actual.model
@@ -333,7 +373,10 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
             reasons.append("model changed: " + ", ".join(changes))
     et, at = expected.tokenizer, actual.tokenizer
     if check_fingerprints and et is not None and at is not None and et.hash != at.hash:
-        reasons.append(f"tokenizer changed: {et.name} {_short_hash(et.hash)} -> {at.name} {_short_hash(at.hash)}")
+        changes = _tokenizer_changes(et, at)
+        if not changes:  # a trace written before the parts: the hashes are all it has
+            changes = [f"{et.name} {_short_hash(et.hash)} -> {at.name} {_short_hash(at.hash)}"]
+        reasons.append("tokenizer changed: " + ", ".join(changes))
     settings = _mapping_changes(expected.settings, actual.settings)
     if settings:
         reasons.append("decoding settings changed: " + ", ".join(f"{k} {change}" for k, change in settings))

@@ -140,6 +140,10 @@ class TokenizerFingerprint:
     name: str
     vocab_size: int
     hash: str
+    parts: Mapping[str, JSONScalar] | None = field(default=None, compare=False)
+    """What the hash covers, part by part, to say what changed when it does (`fingerprint.tokenizer_parts`): entry
+    counts and short hashes of the vocabulary, merges and added tokens, the normalizer, each special token. Derived:
+    the hash alone decides whether the tokenizer changed. None in traces written before it."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +231,7 @@ def _prompt(p: PromptTrace) -> str:
 def dumps(trace: GenerationTrace) -> str:
     """The schema-1 JSON text of `trace` (see the module docstring for the format)."""
     model = _model(trace.model) if trace.model else "null"
-    tokenizer = mapping_text(vars_of(trace.tokenizer), "  ") if trace.tokenizer else "null"
+    tokenizer = _tokenizer(trace.tokenizer) if trace.tokenizer else "null"
     prompts = "[\n" + ",\n".join(_prompt(p) for p in trace.prompts) + "\n  ]" if trace.prompts else "[]"
     texts = f',\n  "token_texts": {_texts(trace.token_texts)}' if trace.token_texts else ""
     return (
@@ -259,17 +263,25 @@ def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScala
     model's `config` mapping is written by `dumps` on its own)."""
     fields: dict[str, Any] = dict(obj.__dict__)
     fields.pop("config", None)
+    fields.pop("parts", None)
     if fields.get("recipe", "") is None:
         del fields["recipe"]
     return fields
 
 
 def _model(model: ModelFingerprint) -> str:
-    text = mapping_text(vars_of(model), "  ")
-    if model.config is None:
+    return _with_mapping(mapping_text(vars_of(model), "  "), "config", model.config)
+
+
+def _tokenizer(tokenizer: TokenizerFingerprint) -> str:
+    return _with_mapping(mapping_text(vars_of(tokenizer), "  "), "parts", tokenizer.parts)
+
+
+def _with_mapping(text: str, key: str, mapping: Mapping[str, JSONScalar] | None) -> str:
+    """A fingerprint's scalar fields with one nested mapping written last (nothing when it is None)."""
+    if mapping is None:
         return text
-    config = mapping_text(model.config, "    ")
-    return text[: -len("\n  }")] + f',\n    "config": {config}\n  }}'
+    return text[: -len("\n  }")] + f',\n    "{key}": {mapping_text(mapping, "    ")}\n  }}'
 
 
 # ---------------------------------------------------------------------------------------------------- decoding
@@ -410,11 +422,14 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
             name=r.str_(r.key(t, "name", "tokenizer"), "tokenizer.name"),
             vocab_size=r.int_(r.key(t, "vocab_size", "tokenizer"), "tokenizer.vocab_size"),
             hash=r.str_(r.key(t, "hash", "tokenizer"), "tokenizer.hash"),
+            parts=None if t.get("parts") is None else r.scalars(t["parts"], "tokenizer.parts"),
         )
     prompts = r.list_(r.key(obj, "prompts", "document"), "prompts")
     return GenerationTrace(
         prompts=tuple(_read_prompt(r, p, f"prompts[{i}]") for i, p in enumerate(prompts)),
-        settings=r.scalars(obj.get("settings", {}), "settings"),
+        # Every version wrote "settings": without it, a damaged file would read as changed settings (stale), which
+        # --genguard-update-stale would overwrite.
+        settings=r.scalars(r.key(obj, "settings", "document"), "settings"),
         model=model,
         tokenizer=tokenizer,
         environment=r.scalars(obj.get("environment", {}), "environment"),
