@@ -65,7 +65,8 @@ def test_a_snapshot_folder_that_is_a_file_fails_the_test_with_the_os_error(
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         [
-            "E  *genguard snapshot 'test_greedy' could not be written to __snapshots__/test_gen/test_greedy.genguard: *",
+            "E  *genguard snapshot 'test_greedy' could not be written to "
+            "__snapshots__/test_gen/test_greedy.genguard: *",
             "E  *nothing was written: __snapshots__/test_gen is a file where genguard keeps a folder of snapshots; "
             "move or delete that file and run the same command again",
         ]
