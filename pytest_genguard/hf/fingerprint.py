@@ -290,7 +290,9 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinger
         (text + "\n" + json.dumps(specials, sort_keys=True, ensure_ascii=False)).encode("utf-8", "surrogatepass")
     ).hexdigest()
     name = "PreTrainedTokenizerFast" if backend is not None else type(tokenizer).__name__  # 5.x: TokenizersBackend
-    parts = dict(_backend_parts(serialized)) if serialized is not None else {"vocab": len(tokenizer.get_vocab())}
+    parts: dict[str, JSONScalar] = (
+        dict(_backend_parts(serialized)) if serialized is not None else {"vocab": len(tokenizer.get_vocab())}
+    )
     parts.update({f"special.{k}": v for k, v in specials.items()})
     return TokenizerFingerprint(name=name, vocab_size=len(tokenizer), hash=digest, parts=parts)
 
