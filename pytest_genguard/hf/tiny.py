@@ -173,8 +173,8 @@ def config_arguments(arch: str) -> dict[str, Any]:
 
 
 def _config_arguments(arch: str, overrides: dict[str, Any]) -> tuple[type[PretrainedConfig], dict[str, Any]]:
-    # Each config is imported only for its own arch: each pulls its transformers model package in (about a second
-    # of a fresh process's imports under transformers 5.24).
+    # Each config is imported only for its own arch: a process that builds a gpt2 has no use for the llama and t5
+    # packages (benchmarks/finetune_startup.py measures what a fresh process pays).
     tok = _load_tokenizer()
     ids: dict[str, Any] = {
         "vocab_size": len(tok),

@@ -307,9 +307,9 @@ print(json.dumps(sorted({k.split(".")[2] for k in sys.modules if k.startswith("t
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_a_tiny_model_imports_only_its_own_architecture(arch: str) -> None:
-    """Each transformers model package costs a fresh process about a second of imports under 5.24: building a gpt2
-    imported the llama and t5 configs (and so their packages) too (issue 33; `benchmarks/startup.py` measures
-    finetune() from a warm cache against from_pretrained of the same weights)."""
+    """Building a gpt2 imported the llama and t5 configs (and their packages) too (issue 33;
+    `benchmarks/finetune_startup.py` measures finetune() from a warm cache against from_pretrained of the same
+    weights)."""
     import subprocess
     import sys
 
