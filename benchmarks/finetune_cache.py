@@ -42,9 +42,6 @@ def measure(cache_dir: str, steps: int | None, calls: int, profile_to: str | Non
         TrainingArguments,
     )
 
-    t15 = time.perf_counter()
-    from transformers import LlamaConfig, T5Config  # noqa: F401  (tiny._config imports them whatever the arch)
-
     t2 = time.perf_counter()
     from pytest_genguard.hf.finetune import finetune
 
@@ -64,7 +61,6 @@ def measure(cache_dir: str, steps: int | None, calls: int, profile_to: str | Non
             {
                 "import": t1 - t0,
                 "import_models": t2 - t1,
-                "import_other_configs": t2 - t15,
                 "import_genguard": t3 - t2,
                 "call": time.perf_counter() - start,
                 "from_cache": tuned.from_cache,
@@ -143,7 +139,6 @@ def run(smoke: bool) -> list[Result]:
         call = _stats(runs, "call")
         imports = _stats(runs, "import")
         models = _stats(runs, "import_models")
-        others = _stats(runs, "import_other_configs")
         ours = _stats(runs, "import_genguard")
         wall = _stats(runs, "wall")
         with_import = Spread(tuple(r["call"] + r["import"] + r["import_models"] + r["import_genguard"] for r in runs))
@@ -158,8 +153,7 @@ def run(smoke: bool) -> list[Result]:
         details = [
             f"- finetune() call, seconds min/median/max: {call.text('{:.3f}')}",
             f"- import torch, transformers: {imports.text('{:.3f}')}; first use of the model code (GPT2 config and "
-            f"model, Trainer callbacks and arguments, Llama/T5 configs): {models.text('{:.3f}')}, of which the "
-            f"Llama and T5 configs that `tiny._config` imports for any arch: {others.text('{:.3f}')}; "
+            f"model, Trainer callbacks and arguments): {models.text('{:.3f}')}; "
             f"import pytest_genguard.hf.finetune: {ours.text('{:.3f}')}",
             f"- call + imports: {with_import.text('{:.3f}')}; whole subprocess (interpreter start included): "
             f"{wall.text('{:.3f}')}",

@@ -31,6 +31,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "recorder": ("benchmarks.recorder_overhead", "run"),
     "recorder_eval": ("benchmarks.recorder_eval_overhead", "run"),
     "finetune": ("benchmarks.finetune_cache", "run"),
+    "finetune_startup": ("benchmarks.finetune_startup", "run"),
     "startup": ("benchmarks.startup", "run"),
     "compare": ("benchmarks.snapshot_cost", "run_compare"),
     "size": ("benchmarks.snapshot_cost", "run_size"),

@@ -147,7 +147,7 @@ def _print_trace(
     for i, p in enumerate(trace.prompts):
         if prompt is not None and i != prompt:
             continue
-        vocab = {s.token_id: s.token for s in p.steps}
+        vocab = {**trace.token_texts, **{s.token_id: s.token for s in p.steps}}  # and the stored alternatives
         title = f"prompt {i}: {quote(p.prompt, 60)}  ({len(p.steps)} steps, finish {p.finish_reason})"
         if p.messages is not None:
             title = "\n".join([title, *(f"  {line}" for line in p.conversation_lines())])
@@ -162,7 +162,8 @@ def _print_trace(
             for rank, (tid, lp) in enumerate(zip(step.top_ids, step.top_logprobs, strict=False)):
                 if top is not None and rank >= top:
                     break
-                label = display_token(vocab[tid]) if tid in vocab else f"#{tid}"
+                text = vocab.get(tid, trace.token_text(tid))  # another prompt may have chosen it
+                label = display_token(text) if text is not None else f"#{tid}"
                 alts.append(f"{label} {_percent(lp)}", style="bold" if tid == step.token_id else "")
                 alts.append("  ")
             margin = Text(_fmt(step.margin, 3) + (" *" if fragile else ""), style="bold red" if fragile else "")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pytest_genguard.bisection.environments import Environments, PackageSources, cache_root
 from pytest_genguard.bisection.probing import Prober
-from pytest_genguard.bisection.releases import ReleaseError, between, index_versions
+from pytest_genguard.bisection.releases import ReleaseError, between, index_versions, parse_version
 from pytest_genguard.bisection.search import Outcome, ProbeResult, SearchResult, search
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import BisectError, TraceFormatError
@@ -137,6 +137,8 @@ def bisect(
         bad = installed_version(package)
         if bad is None:
             raise BisectError(f"{package} is not installed here: pass --bad VERSION")
+    parse_version(good, "--good")  # genguard's own error, before pip is asked anything
+    parse_version(bad, "--bad")
     if versions is None:
         listed = index_versions(package, pre=pre) if good.split("+")[0] != bad.split("+")[0] else []
         versions = between(listed, good, bad)

@@ -25,25 +25,60 @@ def parse_version(text: str, what: str) -> Version:
 
 
 def index_versions(package: str, *, pre: bool = False, python: str = sys.executable, timeout: float = 120) -> list[str]:
-    """Every release of `package` the index offers (`pip index versions --json`), newest first as pip lists them."""
-    command = [python, "-m", "pip", "index", "versions", "--json", "--disable-pip-version-check", package]
-    if pre:
-        command.append("--pre")
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ReleaseError(f"listing the releases of {package} ({' '.join(command[1:])}) failed: {exc}") from None
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ReleaseError(
-            f"listing the releases of {package} with pip failed (exit {done.returncode}): {tail}; check the package "
-            "name and that the package index (pip's index-url) can be reached, or pass both --good and --bad"
-        )
+    """Every release of `package` the index offers (``pip index versions``), newest first as pip lists them.
+
+    With the pip the user has: ``--json`` where pip has it, else the line "Available versions: ..." that every pip
+    with ``pip index`` (21.2 and later) prints, such as the pip 23.2.1 a fresh ``python -m venv`` gets."""
+    done = _pip_index(package, pre, python, timeout, json_output=True)
+    if done.returncode != 0 and "no such option: --json" in done.stderr:
+        done = _pip_index(package, pre, python, timeout, json_output=False)
+        _check(done, package)
+        return _versions_line(done.stdout, package)
+    _check(done, package)
     try:
         versions = json.loads(done.stdout)["versions"]
     except (ValueError, KeyError, TypeError):
         raise ReleaseError(f"pip index versions {package}: unexpected output {done.stdout[:200]!r}") from None
     return [str(v) for v in versions]
+
+
+def _pip_index(
+    package: str, pre: bool, python: str, timeout: float, *, json_output: bool
+) -> subprocess.CompletedProcess[str]:
+    command = [python, "-m", "pip", "index", "versions", "--disable-pip-version-check", package]
+    command += ["--json"] if json_output else []
+    command += ["--pre"] if pre else []
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ReleaseError(f"listing the releases of {package} ({' '.join(command[1:])}) failed: {exc}") from None
+
+
+def _check(done: subprocess.CompletedProcess[str], package: str) -> None:
+    if done.returncode == 0:
+        return
+    tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+    if 'unknown command "index"' in done.stderr:
+        raise ReleaseError(
+            f"listing the releases of {package}: this pip has no `pip index` command ({tail}); genguard bisect lists "
+            "releases with `pip index versions`, which needs pip 21.2 or newer: python -m pip install --upgrade pip, "
+            "or pass both --good and --bad"
+        )
+    raise ReleaseError(
+        f"listing the releases of {package} with pip failed (exit {done.returncode}): {tail}; check the package "
+        "name and that the package index (pip's index-url) can be reached, or pass both --good and --bad"
+    )
+
+
+_AVAILABLE = "Available versions:"
+
+
+def _versions_line(stdout: str, package: str) -> list[str]:
+    """The releases of pip's text answer (``fakepkg (1.1.0)`` then ``Available versions: 1.1.0, 1.0.0``)."""
+    for line in stdout.splitlines():
+        if line.startswith(_AVAILABLE):
+            return [v.strip() for v in line.removeprefix(_AVAILABLE).split(",") if v.strip()]
+    raise ReleaseError(f"pip index versions {package}: unexpected output {stdout[:200]!r}")
 
 
 def public_release(version: str) -> Version:

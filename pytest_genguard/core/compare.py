@@ -32,7 +32,7 @@ from typing import Unpack
 
 from pytest_genguard.core.adapters import adapter_changes, merge_note
 from pytest_genguard.core.comparison import Comparison
-from pytest_genguard.core.environments import environment_diff, logprobs_epsilon
+from pytest_genguard.core.environments import environment_diff, logprobs_epsilon, scores_epsilon
 from pytest_genguard.core.jsontext import JSONScalar, changed_keys, json_text, same_scalar
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.text_diff import first_differing_line, where_texts_differ
@@ -44,7 +44,7 @@ from pytest_genguard.core.tolerances import (
     resolve,
     same,
 )
-from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step
+from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
 from pytest_genguard.core.verdict import Divergence, DivergenceKind, ErrorStats, Verdict, worst
 
 __all__ = ["compare", "step_scale"]
@@ -67,6 +67,10 @@ class _Stats:
         return ErrorStats(self.compared, self.exceeded, self.max_abs, mean, self.max_rel, worst)
 
 
+_Epsilons = tuple[float, float]
+"""(logprobs, scores): the machine epsilon of the coarser dtype the two traces computed each kind of value in."""
+
+
 @dataclass
 class _PromptRun:
     """State of one prompt's walk."""
@@ -76,11 +80,11 @@ class _PromptRun:
     tol: Tolerances
     differs: bool = False  # some compared value or the top-k order is not bitwise equal
     failure: tuple[DivergenceKind, str] | None = None  # first value beyond tolerance in the current step
-    epsilon: float = 0.0  # of the coarser dtype the two traces' logprobs were computed in
-    rounding: float = 0.0  # the current step's: epsilon * |lse| (`step_scale`)
+    epsilons: _Epsilons = (0.0, 0.0)
+    rounding: float = 0.0  # the current value's: its dtype's epsilon * the step's |lse| (`step_scale`)
 
     def check(self, a: float, b: float, step: int, where: str, kind: DivergenceKind, label: str) -> None:
-        """Compare one value pair, record statistics and the step's first failure."""
+        """Compare one value pair (under the current `rounding`), record statistics and the step's first failure."""
         st = self.stats
         st.compared += 1
         if same(a, b):
@@ -99,7 +103,14 @@ class _PromptRun:
         if not diff <= allowed:
             st.exceeded += 1
             if self.failure is None:
-                self.failure = (kind, f"{label} {_pair(a, b)} (|diff| {diff:.2g} > tol {allowed:.2g})")
+                why = f"|diff| {diff:.2g} > tol {allowed:.2g}" if finite else _not_finite(a, b)
+                self.failure = (kind, f"{label} {_pair(a, b)} ({why})")
+
+
+def _not_finite(a: float, b: float) -> str:
+    """Which side holds NaN or inf (a recorded one was refused when stored: the file was edited or damaged)."""
+    sides = [side for side, v in (("expected", a), ("actual", b)) if not math.isfinite(v)]
+    return f"the {sides[0]} value is not a finite number" if len(sides) == 1 else "neither value is a finite number"
 
 
 def _pair(a: float, b: float) -> str:
@@ -124,11 +135,23 @@ def step_scale(e: Step, a: Step) -> float:
     return max((x for x in estimates if math.isfinite(x)), default=0.0)
 
 
+def _epsilons(expected: GenerationTrace, actual: GenerationTrace) -> _Epsilons:
+    """Each value is rounded in the dtype it was computed in, which the trace says (`core.environments`): logprobs
+    in float64 since pytest-genguard 0.2, processed scores in float32 always (beam search's are float32
+    log-softmaxes, as sensitive to the kernel set as 0.1's logprobs were)."""
+    e, a = expected.environment, actual.environment
+    return max(logprobs_epsilon(e), logprobs_epsilon(a)), max(scores_epsilon(e), scores_epsilon(a))
+
+
 def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
     """Compare the values of a step where both sides chose the same token."""
-    run.rounding = run.epsilon * step_scale(e, a)
+    scale = step_scale(e, a)
+    logprobs, scores = run.epsilons
+    run.rounding = logprobs * scale
     run.check(e.logprob, a.logprob, s, "logprob", "logprob", "logprob")
+    run.rounding = scores * scale
     run.check(e.score, a.score, s, "score", "logprob", "score")
+    run.rounding = logprobs * scale  # the top-k below are logprobs
     if e.top_ids != a.top_ids:
         run.differs = True
     if len(e.top_ids) != len(a.top_ids):
@@ -221,13 +244,13 @@ def _divergence(
 
 
 def _compare_prompt(
-    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats, epsilon: float
+    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats, epsilons: _Epsilons
 ) -> tuple[Verdict, Divergence | None]:
     """Walk one prompt's common prefix; return its verdict and its first divergence."""
     if e.prompt_ids != a.prompt_ids:
         detail = f"prompt_ids {_ids(e.prompt_ids)} vs {_ids(a.prompt_ids)}"
         return Verdict.REGRESSION, _divergence(i, e, 0, "prompt", None, None, detail)
-    run = _PromptRun(i, stats, tol, epsilon=epsilon)
+    run = _PromptRun(i, stats, tol, epsilons=epsilons)
     n = min(len(e.steps), len(a.steps))
     for s in range(n):
         es, as_ = e.steps[s], a.steps[s]
@@ -313,6 +336,39 @@ def prompt_difference(e: PromptTrace, a: PromptTrace) -> str:
     return where_texts_differ(e.prompt, a.prompt)
 
 
+_TOKENIZER_PARTS = (("vocab", "vocabulary"), ("merges", "merges"), ("added_tokens", "added tokens"))
+
+
+def _tokenizer_changes(expected: TokenizerFingerprint, actual: TokenizerFingerprint) -> list[str]:
+    """What changed between two tokenizers, part by part (`TokenizerFingerprint.parts`); empty when a side does not
+    have its parts."""
+    e, a = expected.parts, actual.parts
+    if e is None or a is None:
+        return []
+    changes = []
+    if expected.vocab_size != actual.vocab_size:
+        changes.append(f"vocabulary size {expected.vocab_size} -> {actual.vocab_size}")
+    for key, label in _TOKENIZER_PARTS:
+        if e.get(key) != a.get(key):
+            changes.append(f"{label} {_value(e.get(key))} -> {_value(a.get(key))}")
+        elif e.get(f"{key}_hash") != a.get(f"{key}_hash"):
+            changes.append(f"{label} changed ({_value(e.get(key))} entries)")
+    if e.get("normalizer") != a.get("normalizer"):
+        changes.append(f"normalizer {_bare(e.get('normalizer'))} -> {_bare(a.get('normalizer'))}")
+    for key in sorted(k for k in set(e) | set(a) if k.startswith("special.")):
+        if e.get(key) != a.get(key):
+            old = _value(e[key]) if key in e else "(unset)"
+            new = _value(a[key]) if key in a else "(unset)"
+            changes.append(f"special token {key.removeprefix('special.')} {old} -> {new}")
+    if expected.name != actual.name:
+        changes.append(f"class {expected.name} -> {actual.name}")
+    return changes
+
+
+def _bare(value: JSONScalar) -> str:
+    return "?" if value is None else str(value)
+
+
 def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fingerprints: bool) -> tuple[str, ...]:
     reasons = []
     em, am = expected.model, actual.model
@@ -338,7 +394,10 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
             reasons.append("model changed: " + ", ".join(changes))
     et, at = expected.tokenizer, actual.tokenizer
     if check_fingerprints and et is not None and at is not None and et.hash != at.hash:
-        reasons.append(f"tokenizer changed: {et.name} {_short_hash(et.hash)} -> {at.name} {_short_hash(at.hash)}")
+        changes = _tokenizer_changes(et, at)
+        if not changes:  # a trace written before the parts: the hashes are all it has
+            changes = [f"{et.name} {_short_hash(et.hash)} -> {at.name} {_short_hash(at.hash)}"]
+        reasons.append("tokenizer changed: " + ", ".join(changes))
     if check_fingerprints and et is not None and at is not None and et.chat_template != at.chat_template:
         reasons.append("chat template changed: " + first_differing_line(et.chat_template, at.chat_template))
     settings = _mapping_changes(expected.settings, actual.settings)
@@ -376,7 +435,7 @@ def compare(
         if not isinstance(value, GenerationTrace):
             raise TypeError(f"compare: {name} must be a GenerationTrace, got {type(value).__name__}")
     tol = resolve(default_tolerances(expected, actual), tolerances)
-    epsilon = max(logprobs_epsilon(expected.environment), logprobs_epsilon(actual.environment))
+    epsilons = _epsilons(expected, actual)
     stats = _Stats()
     divergences: list[Divergence] = []
     verdicts: list[Verdict | None] = []
@@ -384,7 +443,7 @@ def compare(
         if e.prompt != a.prompt:
             verdicts.append(None)
             continue
-        verdict, div = _compare_prompt(i, e, a, tol, stats, epsilon)
+        verdict, div = _compare_prompt(i, e, a, tol, stats, epsilons)
         verdicts.append(verdict)
         if div is not None:
             divergences.append(div)

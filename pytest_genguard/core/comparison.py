@@ -22,7 +22,17 @@ from pytest_genguard.core.tolerances import Tolerances
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace
 from pytest_genguard.core.verdict import Divergence, ErrorStats, Verdict, rerecord_command
 
-__all__ = ["Comparison", "describe", "fix_command", "headline", "render", "statistics", "summary_line", "window"]
+__all__ = [
+    "Comparison",
+    "describe",
+    "fix_command",
+    "headline",
+    "render",
+    "statistics",
+    "summary_line",
+    "unseeded",
+    "window",
+]
 
 
 @dataclass(frozen=True)
@@ -177,12 +187,27 @@ ALLOW_DTYPE_CHANGE = (
 )
 
 
+def unseeded(trace: GenerationTrace) -> bool:
+    """Whether `trace` was sampled without a seed: no run draws its tokens again (record() refuses to make one;
+    older versions did not)."""
+    settings = trace.settings
+    sampled = settings.get("do_sample") is True or settings.get("mode") == "sample"
+    return sampled and settings.get("seed") is None
+
+
 def summary_line(cmp: Comparison, *, fix: str | None = None) -> str:
     """The verdict and the first divergence in one sentence: the line pytest always shows. A dtype switch comes
-    right after the verdict: it decides how every value was judged, and it fails unless the test allows it."""
+    right after the verdict: it decides how every value was judged, and it fails unless the test allows it; a
+    failing snapshot that was sampled without a seed says so first: nothing else about it can be trusted."""
     line = _verdict_line(cmp, cmp.verdict, fix)
     if cmp.adapter_note is not None and cmp.verdict is not Verdict.STALE:
         line = f"{line}; {cmp.adapter_note}"
+    if not cmp.verdict.ok and unseeded(cmp.expected):
+        line = (
+            f"{cmp.verdict}: the recorded trace was sampled without a seed (do_sample=True, seed None): no run can "
+            "draw its tokens again, so it cannot be checked; record it with a seed (record(..., seed=0)) and "
+            f"re-record: {fix_command(cmp, fix)}; {line}"
+        )
     if cmp.dtype_change is None:
         return line
     old, new = cmp.dtype_change

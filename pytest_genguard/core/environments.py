@@ -13,6 +13,7 @@ from pytest_genguard.core.jsontext import JSONScalar, changed_keys
 __all__ = [
     "LOGPROBS_FIELD",
     "NOT_NUMERIC_FIELDS",
+    "SCORES_FIELD",
     "EnvironmentDiff",
     "environment_class",
     "environment_diff",
@@ -20,6 +21,7 @@ __all__ = [
     "logprobs_epsilon",
     "numeric_diff",
     "same_environment",
+    "scores_epsilon",
 ]
 
 LOGPROBS_FIELD = "logprobs"
@@ -27,10 +29,32 @@ LOGPROBS_FIELD = "logprobs"
 0.2; absent in traces of 0.1, which computed them in float32."""
 
 
+SCORES_FIELD = "scores"
+"""The environment field that says in which dtype the processed scores (`Step.score`, `Step.best_score`) were
+computed: "float32", whatever the logprobs were computed in. `generate()` casts each step's logits to float32 before
+its processors run (beam search takes their log-softmax there, in float32), and teacher forcing and the engines
+apply the processors to float32 logits too. Absent in traces written before the field: their scores were float32."""
+
+_EPSILONS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+def _epsilon(fields: Mapping[str, JSONScalar], field: str) -> float:
+    """The machine epsilon of the dtype `fields[field]` names; float32's when the trace does not say (or names a
+    dtype this version does not know)."""
+    value = fields.get(field)
+    return _EPSILONS.get(value, 2.0**-23) if isinstance(value, str) else 2.0**-23
+
+
 def logprobs_epsilon(fields: Mapping[str, JSONScalar]) -> float:
-    """The machine epsilon of the dtype the trace's logprobs were computed in (float32's for a trace that does not
-    say): the unit of their rounding, at the scale of each step's log-sum-exp."""
-    return 2.0**-52 if fields.get(LOGPROBS_FIELD) == "float64" else 2.0**-23
+    """The machine epsilon of the dtype the trace's logprobs (chosen and top-k) were computed in (float32's for a
+    trace that does not say): the unit of their rounding, at the scale of each step's log-sum-exp."""
+    return _epsilon(fields, LOGPROBS_FIELD)
+
+
+def scores_epsilon(fields: Mapping[str, JSONScalar]) -> float:
+    """The machine epsilon of the dtype the trace's processed scores were computed in (`SCORES_FIELD`; float32's
+    for a trace that does not say, as every version computed them)."""
+    return _epsilon(fields, SCORES_FIELD)
 
 
 def environment_class(fields: Mapping[str, JSONScalar] | Any) -> str:

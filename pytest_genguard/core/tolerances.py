@@ -60,8 +60,9 @@ class Tolerances:
     """How far two traces may drift and still count as the same behaviour.
 
     Each logprob/score pair of a step may differ by ``atol + rtol * max(|a|, |b|) + lse_ulps * eps * |lse|``: `eps`
-    is the machine epsilon of the dtype the logprobs were computed in (the coarser side's: float32 for traces of
-    pytest-genguard 0.1, float64 since) and `lse` the step's log-sum-exp (`Step.lse`, the larger side's; 0 where
+    is the machine epsilon of the dtype the value was computed in, as the trace says (the coarser side's): logprobs in
+    float32 in traces of pytest-genguard 0.1, float64 since; processed scores in float32 always (beam search's are
+    float32 log-softmaxes), `core.environments`. `lse` is the step's log-sum-exp (`Step.lse`, the larger side's; 0 where
     neither side has it, which is the rule of 0.1). Symmetric, unlike numpy's ``rtol * |b|``, so that
     ``compare(a, b)`` and ``compare(b, a)`` agree. `atol`/`rtol` follow the drift the network propagates into the
     logits (it grows with the logprob); the last term the rounding of ``logprob = logit - lse``, which happens at

@@ -162,6 +162,10 @@ class TokenizerFingerprint:
     """The chat template (several named templates as one text, see `fingerprint.chat_template_text`): part of the
     tokenizer's identity, kept as text so a change is named by its first differing line. None: no template (or a
     trace of an older pytest-genguard)."""
+    parts: Mapping[str, JSONScalar] | None = field(default=None, compare=False)
+    """What the hash covers, part by part, to say what changed when it does (`fingerprint.tokenizer_parts`): entry
+    counts and short hashes of the vocabulary, merges and added tokens, the normalizer, each special token. Derived:
+    the hash alone decides whether the tokenizer changed. None in traces written before it."""
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,7 @@ def _prompt(p: PromptTrace) -> str:
 def dumps(trace: GenerationTrace) -> str:
     """The schema-1 JSON text of `trace` (see the module docstring for the format)."""
     model = _model(trace.model) if trace.model else "null"
-    tokenizer = mapping_text(vars_of(trace.tokenizer), "  ") if trace.tokenizer else "null"
+    tokenizer = _tokenizer(trace.tokenizer) if trace.tokenizer else "null"
     prompts = "[\n" + ",\n".join(_prompt(p) for p in trace.prompts) + "\n  ]" if trace.prompts else "[]"
     texts = f',\n  "token_texts": {_texts(trace.token_texts)}' if trace.token_texts else ""
     return (
@@ -294,6 +298,7 @@ def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScala
     fields: dict[str, Any] = dict(obj.__dict__)
     fields.pop("config", None)
     fields.pop("adapters", None)  # a mapping, written by `_model` on its own
+    fields.pop("parts", None)  # a mapping, written by `_tokenizer` on its own
     for optional in ("recipe", "chat_template", "adapters"):  # unset: left out, so older traces read as before
         if fields.get(optional, "") is None:
             del fields[optional]
@@ -302,12 +307,18 @@ def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScala
 
 def _model(model: ModelFingerprint) -> str:
     text = mapping_text(vars_of(model), "  ")
-    if model.adapters is not None:
-        text = text[: -len("\n  }")] + f',\n    "adapters": {mapping_text(model.adapters, "    ")}\n  }}'
-    if model.config is None:
+    return _with_mapping(_with_mapping(text, "adapters", model.adapters), "config", model.config)
+
+
+def _tokenizer(tokenizer: TokenizerFingerprint) -> str:
+    return _with_mapping(mapping_text(vars_of(tokenizer), "  "), "parts", tokenizer.parts)
+
+
+def _with_mapping(text: str, key: str, mapping: Mapping[str, JSONScalar] | None) -> str:
+    """A fingerprint's scalar fields with one nested mapping written last (nothing when it is None)."""
+    if mapping is None:
         return text
-    config = mapping_text(model.config, "    ")
-    return text[: -len("\n  }")] + f',\n    "config": {config}\n  }}'
+    return text[: -len("\n  }")] + f',\n    "{key}": {mapping_text(mapping, "    ")}\n  }}'
 
 
 # ---------------------------------------------------------------------------------------------------- decoding
@@ -461,11 +472,14 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
             chat_template=None
             if t.get("chat_template") is None
             else r.str_(t["chat_template"], "tokenizer.chat_template"),
+            parts=None if t.get("parts") is None else r.scalars(t["parts"], "tokenizer.parts"),
         )
     prompts = r.list_(r.key(obj, "prompts", "document"), "prompts")
     return GenerationTrace(
         prompts=tuple(_read_prompt(r, p, f"prompts[{i}]") for i, p in enumerate(prompts)),
-        settings=r.scalars(obj.get("settings", {}), "settings"),
+        # Every version wrote "settings": without it, a damaged file would read as changed settings (stale), which
+        # --genguard-update-stale would overwrite.
+        settings=r.scalars(r.key(obj, "settings", "document"), "settings"),
         model=model,
         tokenizer=tokenizer,
         environment=r.scalars(obj.get("environment", {}), "environment"),

@@ -13,7 +13,7 @@ import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["integer", "optional_integer", "prompt_list", "short"]
+__all__ = ["integer", "optional_integer", "prompt_list", "seed", "short"]
 
 
 def short(value: Any) -> str:
@@ -40,6 +40,20 @@ def optional_integer(value: Any, name: str, *, where: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{where}: {name} must be an integer or None, got {value!r}.")
     return operator.index(value)
+
+
+SEED_RANGE = (-(2**63), 2**64 - 1)
+"""What `torch.manual_seed` takes (beyond it torch fails with "Overflow when unpacking long")."""
+
+
+def seed(value: Any, *, where: str) -> int | None:
+    """A seed for torch: an integer in `SEED_RANGE`, or None."""
+    number = optional_integer(value, "seed", where=where)
+    if number is not None and not SEED_RANGE[0] <= number <= SEED_RANGE[1]:
+        raise ValueError(
+            f"{where}: seed must be an integer from -2**63 to 2**64 - 1 (torch's seed range) or None, got {number}."
+        )
+    return number
 
 
 def prompt_list(prompts: Any, *, where: str) -> list[str]:

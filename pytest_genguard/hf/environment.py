@@ -7,7 +7,7 @@ import platform
 import sys
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.environments import LOGPROBS_FIELD
+from pytest_genguard.core.environments import LOGPROBS_FIELD, SCORES_FIELD
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.hf.fingerprint import has_parameters, model_dtype
 
@@ -101,6 +101,7 @@ def environment(
         "cpu_capability": cpu_capability(t),
         "cpu": cpu_model(),
         LOGPROBS_FIELD: "float64",  # how genguard computes logprobs (`hf._generation.Float64LogSoftmax`)
+        SCORES_FIELD: "float32",  # processed scores: generate() (and teacher forcing) process float32 logits
     }
     if model is not None:
         fields["dtype"] = model_dtype(model)

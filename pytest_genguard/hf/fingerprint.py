@@ -315,21 +315,56 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinger
 
 def _tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:
     backend = getattr(tokenizer, "backend_tokenizer", None)
+    serialized = None
     if backend is not None:
         # The vocabulary, merges and added tokens: what maps text to ids. The rest of the serialized form (an empty
         # post-processor, version fields) differs between transformers versions for the same tokenizer; a change
         # there that matters shows as changed prompt ids, which the comparison reports as such.
-        text = _backend_text(backend.to_str())
+        serialized = backend.to_str()
+        text = _backend_text(serialized)
     else:
         text = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
-    specials = json.dumps(
-        {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())}, sort_keys=True, ensure_ascii=False
-    )
-    digest = hashlib.sha256((text + "\n" + specials).encode("utf-8", "surrogatepass")).hexdigest()
+    specials = {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())}
+    digest = hashlib.sha256(
+        (text + "\n" + json.dumps(specials, sort_keys=True, ensure_ascii=False)).encode("utf-8", "surrogatepass")
+    ).hexdigest()
     name = "PreTrainedTokenizerFast" if backend is not None else type(tokenizer).__name__  # 5.x: TokenizersBackend
-    return TokenizerFingerprint(
-        name=name, vocab_size=len(tokenizer), hash=digest, chat_template=chat_template_text(tokenizer)
+    parts: dict[str, JSONScalar] = (
+        dict(_backend_parts(serialized)) if serialized is not None else {"vocab": len(tokenizer.get_vocab())}
     )
+    parts.update({f"special.{k}": v for k, v in specials.items()})
+    return TokenizerFingerprint(
+        name=name,
+        vocab_size=len(tokenizer),
+        hash=digest,
+        chat_template=chat_template_text(tokenizer),
+        parts=parts,
+    )
+
+
+def _short_hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=2)
+def _backend_parts(serialized: str) -> tuple[tuple[str, JSONScalar], ...]:
+    """What the hash covers, part by part, to say what changed when it does: an entry count and a short hash of the
+    vocabulary, the merges and the added tokens, and the normalizer's hash ("none" without one). Memoized by
+    content, as `_backend_text`."""
+    doc = json.loads(serialized)
+    parts: dict[str, JSONScalar] = {}
+    model = doc.get("model") or {}
+    for key, value in (("vocab", model.get("vocab")), ("merges", model.get("merges"))):
+        if isinstance(value, (dict, list)):
+            parts[key] = len(value)
+            parts[f"{key}_hash"] = _short_hash(value)
+    added = doc.get("added_tokens") or []
+    parts["added_tokens"] = len(added)
+    parts["added_tokens_hash"] = _short_hash(sorted((t.get("id"), t.get("content")) for t in added))
+    normalizer = doc.get("normalizer")
+    parts["normalizer"] = "none" if normalizer is None else _short_hash(normalizer)
+    return tuple(parts.items())
 
 
 def chat_template_text(tokenizer: PreTrainedTokenizerBase) -> str | None:

@@ -27,6 +27,8 @@ __all__ = [
     "check_generation_config",
     "check_model",
     "check_prompt_tokens",
+    "check_seeded",
+    "check_tokenizer",
     "check_top_k",
     "context_length",
     "torch_device",
@@ -49,10 +51,42 @@ def check_top_k(top_k: int, model: PreTrainedModel) -> None:
         )
 
 
+# generate() keywords record() makes itself from the prompts (passed again: "got multiple values for keyword").
+_MADE_BY_RECORD = ("input_ids", "attention_mask", "inputs", "inputs_embeds")
+
+
+def check_tokenizer(tokenizer: Any) -> None:
+    """The tokenizer argument: something that tokenizes and decodes (None failed with an AttributeError)."""
+    needed = ("decode", "convert_ids_to_tokens")
+    if tokenizer is None or isinstance(tokenizer, (str, bytes, int)) or not all(hasattr(tokenizer, n) for n in needed):
+        raise ValueError(
+            "record(): tokenizer must be a transformers tokenizer (the model's own: AutoTokenizer.from_pretrained"
+            f"(...)), got {type(tokenizer).__name__} {short(tokenizer)}."
+        )
+
+
+def check_seeded(sampling: bool, seed: int | None, where: str = "record()") -> None:
+    """Sampling needs a seed: unseeded, each run draws other tokens, and a trace that can never be reproduced
+    would fail every later run as a regression at step 0."""
+    if sampling and seed is None:
+        raise ValueError(
+            f"{where}: do_sample=True samples, but no seed= was given: each run would draw other tokens, so the "
+            f"trace could never be checked. Pass seed=<an integer> ({where.removesuffix(')')}..., seed=0)), or "
+            "do_sample=False."
+        )
+
+
 def check_generate_kwargs(kwargs: Mapping[str, Any]) -> None:
     """Keyword arguments record() hands to generate() whose wrong shape fails deep inside it (``object of type 'Ban'
     has no len()`` for a single processor, ``'dict' object has no attribute 'max_new_tokens'``)."""
     from transformers import GenerationConfig
+
+    for name in _MADE_BY_RECORD:
+        if name in kwargs:
+            raise ValueError(
+                f"record(): {name}= is made by record() from the prompts (it tokenizes and pads them itself); "
+                "leave it out."
+            )
 
     config = kwargs.get("generation_config")
     if config is not None and not isinstance(config, GenerationConfig):

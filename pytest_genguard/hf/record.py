@@ -65,6 +65,7 @@ def record(
     `seed` seeds sampling without touching the caller's RNG. Other keyword arguments go to `generate()` (``tokenizer=``
     too, as transformers documents it for ``stop_strings``).
     """
+    checks.check_tokenizer(tokenizer)
     call = _Call.checked("record()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs, forms=True)
     if chat_template_kwargs is not None and not prompt_forms.has_conversation(call.forms):
         raise ValueError(
@@ -117,6 +118,7 @@ def generate_from_ids(
     prompt_ids are `rows`), the `generate()` output (raw `logits`, processed `scores`, `sequences`) and the column
     of `sequences` where generated tokens start. The arguments are checked as record()'s are.
     """
+    checks.check_tokenizer(tokenizer)
     call = _Call.checked("generate_from_ids()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs)
     if len(rows) != len(call.prompts):
         raise ValueError(f"generate_from_ids(): {len(call.prompts)} prompts but {len(rows)} rows of token ids.")
@@ -160,7 +162,7 @@ class _Call:
             prompt_list, given = validation.prompt_list(prompts, where=where), None
         max_new = validation.integer(max_new_tokens, "max_new_tokens", minimum=1, where=where)
         k = validation.integer(top_k, "top_k", minimum=1, where=where)
-        checked_seed = validation.optional_integer(seed, "seed", where=where)
+        checked_seed = validation.seed(seed, where=where)
         checks.check_model(model)
         checks.check_top_k(k, model)
         checks.check_generate_kwargs(generate_kwargs)
@@ -193,6 +195,7 @@ def _generate(
             f"limit), but {len(call.prompts)} prompts were given; record each prompt on its own, or drop "
             "assistant_model."
         )
+    checks.check_seeded(bool(prepared.config.do_sample), call.seed)
     device = model_device(model)
     if "stop_strings" in call.generate_kwargs or getattr(prepared.config, "stop_strings", None):
         prepared.model_kwargs.setdefault("tokenizer", tokenizer)  # generate() needs it to match stop strings
@@ -256,7 +259,7 @@ def _encode(
     """The padded batch. A tokenizer without a pad token (GPT-2's own) cannot pad, so the batch is padded here with
     the id `generate()` pads with: padding is masked, so which id fills it does not change what is generated."""
     if tokenizer.pad_token_id is not None or len(prompts) == 1:
-        batch = tokenizer(prompts, return_tensors="pt", padding=True)
+        batch = tokenizer(prompts, return_tensors="pt", padding=len(prompts) > 1)  # one prompt needs no padding
         return {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if not isinstance(pad_id, int):
         raise ValueError(

@@ -31,6 +31,8 @@ from pytest_genguard.core import validation
 from pytest_genguard.core.errors import GenguardTrainingWarning
 from pytest_genguard.core.history import Checkpoint, RecorderHistory
 from pytest_genguard.core.repetition import find_repetition
+from pytest_genguard.hf._generation import decoding
+from pytest_genguard.hf.inputs import check_seeded
 from pytest_genguard.hf.record import generate_from_ids, record
 from pytest_genguard.hf.run_state import (
     eval_rows,
@@ -266,6 +268,9 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
     ) -> None:
         tokenizer = self.resolve_tokenizer(kwargs)  # fail before the first step, not after minutes of training
         model = kwargs.get("model")
+        if model is not None:  # sampling from the call or the model's generation config
+            sampling = decoding(model, tokenizer, {k: v for k, v in self.generate_kwargs.items() if k != "seed"})[1]
+            check_seeded(sampling, self.generate_kwargs.get("seed"), "GenerationRecorder()")
         if model is not None and state.is_world_process_zero:
             self._identity = training_identity(model, tokenizer, args)
         integrations = [r for r in (getattr(args, "report_to", None) or []) if r != "none"]

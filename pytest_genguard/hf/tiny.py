@@ -173,8 +173,8 @@ def config_arguments(arch: str) -> dict[str, Any]:
 
 
 def _config_arguments(arch: str, overrides: dict[str, Any]) -> tuple[type[PretrainedConfig], dict[str, Any]]:
-    from transformers import GPT2Config, LlamaConfig, T5Config
-
+    # Each config is imported only for its own arch: a process that builds a gpt2 has no use for the llama and t5
+    # packages (benchmarks/finetune_startup.py measures what a fresh process pays).
     tok = _load_tokenizer()
     ids: dict[str, Any] = {
         "vocab_size": len(tok),
@@ -185,6 +185,8 @@ def _config_arguments(arch: str, overrides: dict[str, Any]) -> tuple[type[Pretra
     config_cls: type[PretrainedConfig]
     # Dropout stays at each config's default: negative-control tests need train/eval mode to matter.
     if arch == "gpt2":
+        from transformers import GPT2Config
+
         config_cls = GPT2Config
         base = {
             "n_embd": _HIDDEN,
@@ -194,6 +196,8 @@ def _config_arguments(arch: str, overrides: dict[str, Any]) -> tuple[type[Pretra
             "n_positions": _MAX_POSITIONS,
         }
     elif arch == "llama":
+        from transformers import LlamaConfig
+
         config_cls = LlamaConfig
         base = {
             "hidden_size": _HIDDEN,
@@ -204,6 +208,8 @@ def _config_arguments(arch: str, overrides: dict[str, Any]) -> tuple[type[Pretra
             "max_position_embeddings": _MAX_POSITIONS,
         }
     else:  # t5: relative position buckets, so there is no max-positions setting
+        from transformers import T5Config
+
         config_cls = T5Config
         base = {
             "d_model": _HIDDEN,

@@ -129,6 +129,21 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_genguard.plugin.reference import configure_reference  # only with the reference options
 
         configure_reference(config)
+    if not config.pluginmanager.has_plugin("syrupy"):  # -p no:syrupy: say what genguard_snapshot misses
+        config.pluginmanager.register(_WithoutSyrupy(), "genguard-without-syrupy")
+
+
+class _WithoutSyrupy:
+    """Stands in for syrupy's `snapshot` fixture in a run that disabled syrupy's plugin, so that genguard_snapshot
+    (which builds on it) fails with what to do rather than "fixture 'snapshot' not found"."""
+
+    @pytest.fixture
+    def snapshot(self) -> None:
+        pytest.fail(
+            "genguard_snapshot needs syrupy's pytest plugin (genguard stores snapshots through it), and this run "
+            "disabled it (-p no:syrupy): drop -p no:syrupy from the command line, addopts or PYTEST_ADDOPTS",
+            pytrace=False,
+        )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -187,6 +187,7 @@ def on_trace(
     call phase (so a snapshot failure in the same assertion is not hidden). A no-op without the reference options.
     """
     current = settings(config)
+    nodeid = _from_project_root(config.rootpath, current.rootdir, nodeid)
     if current.record_reference is not None:
         path = reference_path(current.record_reference, nodeid, index)
         atomic_write_text(path, trace.to_json())
@@ -205,6 +206,19 @@ def on_trace(
             events.emit(_failure(path, f"missing reference trace {path}", hint))
             return
         events.emit(check_reference(path, trace, overrides.over(current.tolerance_overrides())))
+
+
+def _from_project_root(rootpath: Path, project: Path, nodeid: str) -> str:
+    """`nodeid` with its file part relative to the project's rootdir (`settings.project_root`), where pytest's
+    moved away from it: reference files are keyed by it, and must not move with the reference folder."""
+    if rootpath == project:
+        return nodeid
+    file_part, sep, rest = nodeid.partition("::")
+    try:
+        file_part = (rootpath / file_part).relative_to(project).as_posix()
+    except ValueError:
+        return nodeid
+    return file_part + sep + rest
 
 
 _ENV_WRITTEN_KEY = pytest.StashKey[bool]()

@@ -185,6 +185,33 @@ def _record_reference(config: pytest.Config) -> Path | None:
     return path
 
 
+_PATH_OPTIONS = frozenset({"--genguard-reference", "--genguard-record-reference", "--genguard-report"})
+
+
+def project_root(config: pytest.Config) -> Path:
+    """The rootdir as pytest finds it without genguard's own paths (what node ids, reference files and the pin
+    folder are relative to).
+
+    pytest fixes its rootdir before plugins declare their options, so the value of a genguard path option given
+    space-separated (``--genguard-reference /refs``) counts as a test path there: where it exists and no ini file
+    or ``--rootdir`` decides, the rootdir moves to a common ancestor of the project and that path. This is pytest's
+    rule without those values: a folder with setup.py above the common ancestor of the test paths, else the common
+    ancestor of that and the invocation folder; used only where it lies inside the rootdir pytest chose."""
+    root = config.rootpath
+    args = [str(a) for a in config.invocation_params.args]
+    if config.inipath is not None or config.getoption("rootdir", None):
+        return root
+    if not any(a in _PATH_OPTIONS for a in args[:-1]):  # only a separate value is taken for a test path
+        return root
+    invocation = config.invocation_params.dir
+    paths = [invocation / str(a).split("::")[0] for a in config.args]
+    dirs = [p if p.is_dir() else p.parent for p in paths if p.exists()]
+    ancestor = Path(os.path.commonpath(dirs)) if dirs else invocation
+    with_setup = next((p for p in (ancestor, *ancestor.parents) if (p / "setup.py").is_file()), None)
+    found = with_setup or Path(os.path.commonpath([invocation, ancestor]))
+    return found if found != root and found.is_relative_to(root) else root
+
+
 def settings_from_config(config: pytest.Config) -> Settings:
     """The options of this run, each checked: a bad value is a `pytest.UsageError` naming it (exit code 4)."""
     return Settings(
@@ -201,8 +228,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
         tie_tol=tolerance_ini(config, "genguard_tie_tol"),
         lse_ulps=tolerance_ini(config, "genguard_lse_ulps"),
         cache_dir=_cache_dir(config),
-        rootdir=config.rootpath,
-        pin_dir=config.rootpath / str(config.getini("genguard_pin_dir") or "__genguard_pins__"),
+        rootdir=project_root(config),
+        pin_dir=project_root(config) / str(config.getini("genguard_pin_dir") or "__genguard_pins__"),
         server=_server(config),
         server_model=config.getoption("genguard_server_model") or None,
     )

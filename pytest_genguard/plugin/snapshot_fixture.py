@@ -271,10 +271,17 @@ class GenguardSnapshot:
         except OSError as exc:
             target = store.source if not isinstance(store, BaselineStore) else store.base.own_source
             self.last_source = target
+            blocking = _file_in_the_way(self._config.rootpath / target)
+            advice = (
+                "nothing was written (a snapshot already there is unchanged); make the folder writable (or free "
+                "space) and run the same command again"
+                if blocking is None
+                else f"nothing was written: {self._relative(blocking)} is a file where genguard keeps a folder of "
+                "snapshots; move or delete that file and run the same command again"
+            )
             self.explanation = [
                 f"genguard snapshot {self.last_name!r} could not be written to {target}: {type(exc).__name__}: {exc}",
-                "nothing was written (a snapshot already there is unchanged); make the folder writable (or free "
-                "space) and run the same command again",
+                advice,
             ]
             self._emit(Status.WRITE_ERROR, "\n".join(self.explanation), failure=True, **store.fields(), **extra)
             return False
@@ -411,4 +418,12 @@ def assertrepr(op: str, left: object, right: object) -> list[str] | None:
         if op == "==" and isinstance(snap, GenguardSnapshot) and snap.explanation:
             head = f"{type(other).__name__} == genguard_snapshot {snap.last_name!r} ({snap.last_source})"
             return [head, *snap.explanation]
+    return None
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The file standing where one of `path`'s folders should be (None when every existing ancestor is a folder)."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
     return None

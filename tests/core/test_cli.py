@@ -243,3 +243,22 @@ def test_recorder_histories_are_shown_diffed_and_reported_checkpoint_by_checkpoi
     assert cli.main(["report", str(tmp_path / "snaps"), "-o", str(tmp_path / "r.html")]) == 0
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "test_training.genguard" in page and "checkpoint 1: step 20, train_end, loss 0.25" in page
+
+
+def test_show_names_alternatives_by_the_token_texts_the_file_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: alternatives no step chose printed as "#4" though the file has their "token_texts" (issue 33).
+    trace = make_trace([3, 2, 0])  # " fox" (4) and " the" (1) are alternatives only
+    assert trace.token_text(4) is None
+    named = GenerationTrace.from_json(
+        trace_builder.trace(
+            list(trace.prompts[0].steps), prompts=["the quick"], finish=None, token_texts={4: " fox", 1: " the"}
+        ).to_json()
+    )
+    assert cli.main(["show", str(write(tmp_path / "t.json", named))]) == 0
+    out = capsys.readouterr().out
+    assert "#4" not in out and "#1" not in out
+    assert "fox 4.5%" in out
+    assert cli.main(["show", str(write(tmp_path / "u.json", trace))]) == 0
+    assert "#4" in capsys.readouterr().out  # negative control: without the texts the id is all there is

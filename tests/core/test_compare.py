@@ -205,6 +205,17 @@ def test_nan_equals_nan_and_inf_equals_inf_but_not_a_number() -> None:
     assert cmp.stats.max_abs == math.inf
 
 
+def test_a_non_finite_value_against_a_number_is_named_as_such() -> None:
+    # Before: "logprob nan vs -0.01 (|diff| inf > tol 0)" for a NaN edited into a snapshot by hand (issue 33).
+    odd = with_step(0, step([(3, -0.01), (5, -5.0), (6, -6.0)], score=math.nan))
+    cmp = compare(trace(odd), trace(BASE))
+    assert cmp.verdict is Verdict.REGRESSION
+    assert cmp.divergences[0].detail == "score nan vs -0.01 (the expected value is not a finite number)"
+    assert "inf > tol" not in str(cmp)
+    back = compare(trace(BASE), trace(with_step(0, step([(3, -0.01), (5, -math.inf), (6, -6.0)]))))
+    assert back.divergences[0].detail == ("top_logprobs[1] (id 5) -5 vs -inf (the actual value is not a finite number)")
+
+
 def test_negative_zero_equals_zero() -> None:
     a = with_step(0, step([(3, 0.0), (5, -5.0), (6, -6.0)]))
     b = with_step(0, step([(3, -0.0), (5, -5.0), (6, -6.0)]))

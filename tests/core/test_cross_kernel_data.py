@@ -10,10 +10,12 @@ import dataclasses
 import itertools
 
 import pytest
-from cross_kernel import BUNDLES, bundle, without_lse, worst_share
+from cross_kernel import ARCHS, BEAM_KERNEL_SETS, BUNDLES, beam, bundle, without_lse, worst_share
 
 from pytest_genguard.core.compare import compare
+from pytest_genguard.core.environments import LOGPROBS_FIELD, SCORES_FIELD
 from pytest_genguard.core.tolerances import FLOAT32
+from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Verdict
 
 PAIRS = list(itertools.combinations(BUNDLES, 2))
@@ -83,3 +85,72 @@ def test_a_logit_sized_change_at_a_confident_step_is_still_caught() -> None:
     cmp = compare(trace, changed)
     assert cmp.verdict is Verdict.REGRESSION
     assert "drifts at step 2" in str(cmp).splitlines()[0]
+
+
+# ------------------------------------------------------------------------------------------------ beam search (beam/)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_beam_search_under_avx2_and_avx512_holds(arch: str) -> None:
+    """`beam/`: beam search's processed scores are log-softmaxes transformers computes in float32 (whatever genguard
+    computes its logprobs in); under AVX2 and AVX-512 the fine-tuned llama's moved by 1.4e-6 at a log-sum-exp of
+    12.5, a false alarm while the rule held them to float64's rounding. Each value is held to the rounding of the
+    dtype the trace says it was computed in."""
+    a, b = beam(arch, "avx2"), beam(arch, "avx512")
+    assert a.settings["mode"] == "beam" and a.environment["cpu_capability"] != b.environment["cpu_capability"]
+    cmp = compare(a, b)
+    assert cmp, str(cmp).splitlines()[0]
+    assert worst_share(a, b, FLOAT32) < 0.5  # the margin: measured 15% at most (llama's scores)
+
+
+def _computed_in(trace: GenerationTrace, field: str, dtype: str) -> GenerationTrace:
+    return dataclasses.replace(trace, environment={**trace.environment, field: dtype})
+
+
+def test_beam_scores_held_to_float64_rounding_fail_the_llama() -> None:
+    """Negative control (the data still shows the noise, and the rule reads the dtype from the trace): the same
+    traces claiming float64-computed scores fail 6 of 8 llama prompts on their processed score."""
+    a, b = (_computed_in(beam("llama", k), SCORES_FIELD, "float64") for k in BEAM_KERNEL_SETS)
+    cmp = compare(a, b)
+    assert cmp.verdict is Verdict.REGRESSION
+    assert len(cmp.divergences) == 6
+    assert all(d.detail.startswith("score ") for d in cmp.divergences)
+
+
+def test_beam_logprobs_keep_float64_rounding() -> None:
+    """The scores' float32 rounding does not leak to the logprobs: a confident beam step's chosen logprob moved by
+    2e-6 (float32's allowance there is 1.3e-5, float64's 1.1e-6) fails."""
+    trace = beam("llama", "avx2")
+    assert trace.environment[LOGPROBS_FIELD] == "float64"
+    first = trace.prompts[0]
+    step = first.steps[1]
+    assert step.logprob > -0.001 and step.lse is not None and step.lse > 12
+    steps = list(first.steps)
+    steps[1] = dataclasses.replace(step, logprob=step.logprob - 2e-6)
+    changed = dataclasses.replace(trace, prompts=(dataclasses.replace(first, steps=tuple(steps)), *trace.prompts[1:]))
+    cmp = compare(trace, changed)
+    assert cmp.verdict is Verdict.REGRESSION
+    assert cmp.divergences[0].detail.startswith("logprob ")
+
+
+def test_a_logit_sized_change_of_a_beam_score_is_still_caught() -> None:
+    """The score's float32 allowance at a confident beam step (about 1.3e-5 at lse 12.5) stays far below a real
+    change: a processed score moved by 1e-4 fails."""
+    trace = beam("llama", "avx2")
+    first = trace.prompts[0]
+    steps = list(first.steps)
+    steps[1] = dataclasses.replace(steps[1], score=steps[1].score - 1e-4)
+    changed = dataclasses.replace(trace, prompts=(dataclasses.replace(first, steps=tuple(steps)), *trace.prompts[1:]))
+    cmp = compare(trace, changed)
+    assert cmp.verdict is Verdict.REGRESSION
+    assert cmp.divergences[0].detail.startswith("score ")
+
+
+def test_traces_that_do_not_say_how_their_scores_were_computed_read_as_float32() -> None:
+    """Traces written before the field (the `beam/` files themselves) load as they are: processed scores were
+    float32 in every version (generate() casts the logits to float32 before its processors)."""
+    a, b = beam("llama", "avx2"), beam("llama", "avx512")
+    assert SCORES_FIELD not in a.environment
+    cmp = compare(a, b)
+    said = compare(_computed_in(a, SCORES_FIELD, "float32"), _computed_in(b, SCORES_FIELD, "float32"))
+    assert (cmp.verdict, cmp.divergences, cmp.stats) == (said.verdict, said.divergences, said.stats)

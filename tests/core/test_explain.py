@@ -311,3 +311,25 @@ def test_a_torch_upgrade_leads_the_environment_line_like_a_transformers_one() ->
     assert line(torch="2.6.0", transformers="4.57.6").startswith("recorded on torch 2.13.0+cpu / transformers 5.23.0,")
     # ... and not named when only something else moved (the same release, another kernel set).
     assert line(cpu_capability="AVX512") == "recorded on AVX2, now AVX512"
+
+
+# ---------------------------------------------------------------------------------------------------- unseeded sampling
+
+
+SAMPLED = {"do_sample": True, "mode": "sample", "max_new_tokens": 24, "seed": None}
+
+
+def test_a_failing_snapshot_sampled_without_a_seed_says_so_first() -> None:
+    # Before: "regression: prompt 0 ... diverges at step 0", as if the model were broken (issue 33).
+    other = changed(0, step([(5, -0.9), (3, -1.0), (6, -2.0)]))
+    cmp = compare(trace(PATH, settings=SAMPLED), trace(other, settings=SAMPLED))
+    assert not cmp
+    assert summary_line(cmp).startswith(
+        "regression: the recorded trace was sampled without a seed (do_sample=True, seed None): no run can draw "
+        "its tokens again, so it cannot be checked; record it with a seed (record(..., seed=0)) and re-record: "
+    )
+    assert "prompt 0 'the quick' diverges at step 0" in summary_line(cmp)
+    seeded = {**SAMPLED, "seed": 7}  # negative control: a seeded sample that diverges is a plain regression
+    plain = summary_line(compare(trace(PATH, settings=seeded), trace(other, settings=seeded)))
+    assert plain.startswith("regression: prompt 0 'the quick' diverges at step 0")
+    assert compare(trace(PATH, settings=SAMPLED), trace(PATH, settings=SAMPLED))  # and a match is just a match

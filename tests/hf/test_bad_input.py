@@ -100,6 +100,30 @@ BAD_ARGUMENTS = [
     ({"top_k": False}, "record(): top_k must be an integer >= 1, got False."),
     ({"seed": 1.5}, "record(): seed must be an integer or None, got 1.5."),
     ({"seed": "7"}, "record(): seed must be an integer or None, got '7'."),
+    (
+        {"seed": 2**70},  # before: torch's "Overflow when unpacking long"
+        "record(): seed must be an integer from -2**63 to 2**64 - 1 (torch's seed range) or None, got "
+        "1180591620717411303424.",
+    ),
+    (
+        {"seed": -(2**63) - 1},
+        "record(): seed must be an integer from -2**63 to 2**64 - 1 (torch's seed range) or None, got "
+        "-9223372036854775809.",
+    ),
+    (
+        {"attention_mask": torch.ones(1, 2, dtype=torch.long)},  # before: TypeError "got multiple values"
+        "record(): attention_mask= is made by record() from the prompts (it tokenizes and pads them itself); "
+        "leave it out.",
+    ),
+    (
+        {"input_ids": torch.ones(1, 2, dtype=torch.long)},
+        "record(): input_ids= is made by record() from the prompts (it tokenizes and pads them itself); leave it out.",
+    ),
+    (
+        {"do_sample": True},  # before: recorded, then "diverges at step 0" in every later run
+        "record(): do_sample=True samples, but no seed= was given: each run would draw other tokens, so the trace "
+        "could never be checked. Pass seed=<an integer> (record(..., seed=0)), or do_sample=False.",
+    ),
     ({"num_beams": 0}, "record(): num_beams must be an integer >= 1, got 0."),
     ({"min_new_tokens": -2}, "record(): min_new_tokens must be an integer >= 0, got -2."),
     ({"no_repeat_ngram_size": -1}, "record(): no_repeat_ngram_size must be an integer >= 0, got -1."),
@@ -209,6 +233,36 @@ def test_a_tokenizer_without_a_pad_token_records_a_batch_as_one_with_it(models: 
         assert [p.prompt_ids for p in without] == [p.prompt_ids for p in with_pad]
         assert [p.steps for p in without] == [p.steps for p in with_pad], arch
     assert unpadded.pad_token_id is None  # the user's tokenizer is left as it was
+
+
+def test_a_tokenizer_without_a_pad_token_records_a_single_prompt(models: dict[str, Any]) -> None:
+    # Before: "Asking to pad but the tokenizer does not have a padding token" (one prompt needs no padding).
+    unpadded = tiny_tokenizer()
+    unpadded.pad_token = None
+    for arch in ARCHS:
+        alone = record(models[arch], unpadded, "the quick", max_new_tokens=3)
+        assert alone.prompts[0].prompt_ids == tuple(tiny_tokenizer()("the quick")["input_ids"])
+        assert alone.prompts[0].steps == record(models[arch], tiny_tokenizer(), "the quick", max_new_tokens=3)[0].steps
+
+
+@pytest.mark.parametrize("tokenizer", [None, "gpt2", 3])
+def test_something_that_is_not_a_tokenizer_is_named(models: dict[str, Any], tokenizer: Any) -> None:
+    # Before: AttributeError "'NoneType' object has no attribute ...".
+    with pytest.raises(ValueError) as info:
+        record(models["gpt2"], tokenizer, "the quick", max_new_tokens=2)
+    assert first_line(info) == (
+        f"record(): tokenizer must be a transformers tokenizer (the model's own: AutoTokenizer.from_pretrained(...)), "
+        f"got {type(tokenizer).__name__} {tokenizer!r}."
+    )
+
+
+def test_a_model_whose_generation_config_samples_needs_a_seed(models: dict[str, Any], tokenizer: Any) -> None:
+    # A hub model's generation_config.json often samples: recording it without a seed is refused the same way.
+    model = copy.deepcopy(models["gpt2"])
+    model.generation_config.do_sample = True
+    with pytest.raises(ValueError, match=r"^record\(\): do_sample=True samples, but no seed= was given"):
+        record(model, tokenizer, "the quick", max_new_tokens=2)
+    assert record(model, tokenizer, "the quick", max_new_tokens=2, seed=0).settings["mode"] == "sample"
 
 
 # ---------------------------------------------------------------------------------------------------- finetune

@@ -146,3 +146,21 @@ def test_generate_from_ids_records_what_record_records(tuned: Any, stop: bool) -
     assert any(len(p.steps) < 24 for p in by_text)  # hypotheses that ended early: path lengths matter
     assert by_ids.token_texts  # the texts of the alternatives no step chose
     assert by_ids.to_json() == by_text.to_json()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_trace_says_its_processed_scores_are_float32_and_they_are(dtype: str, tokenizer: Any) -> None:
+    """The comparison rule rounds each value in the dtype the trace says it was computed in (`SCORES_FIELD`). Beam
+    search's processed scores are float32 log-softmaxes whatever the model's dtype and genguard's float64 logprobs:
+    what generate() returns says so, and so does the trace of record() and of teacher forcing."""
+    import torch
+
+    from pytest_genguard.core.environments import LOGPROBS_FIELD, SCORES_FIELD
+
+    model = tiny_model("llama").to(getattr(torch, dtype))
+    prompts = probe_prompts()[:2]
+    rows = [tokenizer(p)["input_ids"] for p in prompts]
+    trace, out, _ = generate_from_ids(model, tokenizer, prompts, rows, max_new_tokens=4, num_beams=3)
+    assert {s.dtype for s in out.scores} == {torch.float32}
+    assert trace.environment[SCORES_FIELD] == "float32" and trace.environment[LOGPROBS_FIELD] == "float64"
+    assert teacher_force(model, tokenizer, trace).environment[SCORES_FIELD] == "float32"

@@ -62,14 +62,17 @@ class _LeakyRecorder(TrainerCallback):  # type: ignore[misc]
     """Negative control: samples the probes without saving the RNG state, as a naive callback would."""
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        record(kwargs["model"], kwargs["processing_class"], PROMPTS, max_new_tokens=4, do_sample=True)
+        tokenizer = kwargs["processing_class"]
+        batch = tokenizer(PROMPTS, return_tensors="pt", padding=True)
+        with torch.no_grad():
+            kwargs["model"].generate(**batch, max_new_tokens=4, do_sample=True, pad_token_id=tokenizer.pad_token_id)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("recorder")
     plain = _train(tmp / "plain", [])
-    recorder = GenerationRecorder(PROMPTS, every_n_steps=2, max_new_tokens=6, do_sample=True)
+    recorder = GenerationRecorder(PROMPTS, every_n_steps=2, max_new_tokens=6, do_sample=True, seed=3)
     recorded = _train(tmp / "recorded", [recorder])
     leaky = _train(tmp / "leaky", [_LeakyRecorder()])
     return {"plain": plain, "recorded": recorded, "leaky": leaky, "recorder": recorder}
@@ -196,6 +199,17 @@ def test_a_recorder_without_any_tokenizer_fails_before_training_says_how_to_fix(
         recorder.on_train_begin(hook_args, _state(0), TrainerControl(), model=model, processing_class=None)
 
 
+def test_a_sampling_recorder_without_a_seed_fails_before_training_naming_seed(
+    hook_args: TrainingArguments, model: Any
+) -> None:
+    # Its history could never be checked: each run would sample other tokens (the error record() gives, at once).
+    recorder = GenerationRecorder(PROMPTS, tokenizer=tiny_tokenizer(), do_sample=True)
+    with pytest.raises(ValueError, match=r"^GenerationRecorder\(\): do_sample=True samples, but no seed= was given"):
+        recorder.on_train_begin(hook_args, _state(0), TrainerControl(), model=model)
+    seeded = GenerationRecorder(PROMPTS, tokenizer=tiny_tokenizer(), do_sample=True, seed=0)
+    seeded.on_train_begin(hook_args, _state(0), TrainerControl(), model=model)
+
+
 def test_only_the_main_process_records(hook_args: TrainingArguments, model: Any) -> None:
     recorder = GenerationRecorder(PROMPTS, every_n_steps=1, max_new_tokens=2, tokenizer=tiny_tokenizer())
     recorder.on_step_end(hook_args, _state(1, main=False), TrainerControl(), model=model)
@@ -223,7 +237,9 @@ def test_recording_in_train_mode_uses_eval_mode_and_restores_train_mode(hook_arg
 def test_recording_does_not_mutate_the_models_generation_config(hook_args: TrainingArguments, model: Any) -> None:
     before = model.generation_config.to_dict()
     settings = {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "repetition_penalty": 1.3}
-    recorder = GenerationRecorder(PROMPTS, every_n_steps=1, max_new_tokens=3, tokenizer=tiny_tokenizer(), **settings)
+    recorder = GenerationRecorder(
+        PROMPTS, every_n_steps=1, max_new_tokens=3, tokenizer=tiny_tokenizer(), seed=0, **settings
+    )
     recorder.on_step_end(hook_args, _state(1), TrainerControl(), model=model)
     assert recorder.history[0].trace.settings["temperature"] == 0.7
     assert model.generation_config.to_dict() == before

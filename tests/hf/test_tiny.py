@@ -295,3 +295,25 @@ def test_generate_runs_with_the_tokenizer_without_pad_or_attention_mask_warnings
     assert out.shape[0] == 2
     if not is_encoder_decoder(model):
         assert torch.equal(out[:, : enc["input_ids"].shape[1]], enc["input_ids"])
+
+
+MODEL_PACKAGES = """
+import json, sys
+from pytest_genguard.hf.tiny import tiny_model
+tiny_model(sys.argv[1])
+print(json.dumps(sorted({k.split(".")[2] for k in sys.modules if k.startswith("transformers.models.")} - {"auto"})))
+"""
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_a_tiny_model_imports_only_its_own_architecture(arch: str) -> None:
+    """Building a gpt2 imported the llama and t5 configs (and their packages) too (issue 33;
+    `benchmarks/finetune_startup.py` measures finetune() from a warm cache against from_pretrained of the same
+    weights)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", MODEL_PACKAGES, arch], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == [arch]

@@ -68,3 +68,25 @@ def test_a_bad_tolerance_in_the_ini_file_is_a_usage_error(pytester: pytest.Pytes
     result = pytester.runpytest("-p", "no:cacheprovider", *xdist)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: ini option genguard_atol = 'tight' is not a number (in *tox.ini); *"])
+
+
+def test_the_snapshot_fixture_without_syrupys_plugin_says_genguard_needs_it(pytester: pytest.Pytester) -> None:
+    # Before: "fixture 'snapshot' not found" (issue 33). Tests that do not use the snapshot still run.
+    pytester.makepyfile(
+        """
+        def test_snap(genguard_snapshot):
+            raise AssertionError("must not run without syrupy's plugin")
+
+        def test_plain():
+            pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:syrupy")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*genguard_snapshot needs syrupy's pytest plugin (genguard stores snapshots through it), and this run "
+            "disabled it (-p no:syrupy): drop -p no:syrupy from the command line, addopts or PYTEST_ADDOPTS*"
+        ]
+    )
+    assert "fixture 'snapshot' not found" not in result.stdout.str()

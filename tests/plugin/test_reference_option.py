@@ -280,3 +280,25 @@ def test_reference_file_names_are_readable_and_unique_per_test_and_index(tmp_pat
     odd_b = reference_path(tmp_path, "t.py::test_x[a_b]", 0).name
     assert cls.startswith("TestA__test_x-") and cls.endswith(".0.json")
     assert odd_a != odd_b and odd_a.startswith("test_x[a_b]-")
+
+
+@pytest.mark.parametrize("flag", ["--genguard-reference", "--genguard-record-reference"])
+def test_a_reference_folder_outside_the_project_keeps_the_test_paths(pytester: pytest.Pytester, flag: str) -> None:
+    """pytest fixes its rootdir before plugins declare their options, so the value of ``--genguard-reference DIR``
+    (space-separated, DIR existing) counts as a test path and, without an ini file, moves the rootdir to a common
+    ancestor of the project and DIR: every reference read "missing" (issue 33). Reference files stay keyed by the
+    test file's path from the rootdir pytest finds without genguard's folders."""
+    outside = pytester.path.parent / f"refs-outside-{pytester.path.name}"
+    outside.mkdir()  # it exists before the run: that is what moves the rootdir
+    pytester.makepyfile(test_gen=TEST_FILE)
+    if flag == "--genguard-record-reference":
+        recorded = pytester.runpytest(*RUN, "--snapshot-update", flag, str(outside))
+        recorded.assert_outcomes(passed=2)
+        assert (outside / "test_gen.py" / "test_gen.0.json").is_file()
+        return
+    pytester.runpytest(*RUN, "--snapshot-update", f"--genguard-record-reference={outside}").assert_outcomes(passed=2)
+    assert (outside / "test_gen.py" / "test_gen.0.json").is_file()
+    result = pytester.runpytest(*RUN, flag, str(outside))
+    result.assert_outcomes(passed=2)
+    assert "missing" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*test_gen.py::test_gen*identical*"])

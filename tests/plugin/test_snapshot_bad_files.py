@@ -3,6 +3,7 @@ INTERNALERROR of the run, never a silent rewrite."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,16 @@ def _hand_edited(original: bytes) -> bytes:
     return original.replace(b'"logprob": -0.5,', b'"logprob": "about -0.5",', 1)
 
 
+def _settings_deleted(original: bytes) -> bytes:
+    """The "settings" block removed: before, it read as settings that changed (stale), which
+    --genguard-update-stale would overwrite (issue 33)."""
+    edited = re.sub(rb'\n  "settings": \{.*?\n  \},', b"", original, count=1, flags=re.DOTALL)
+    assert edited != original and b'"settings"' not in edited
+    return edited
+
+
 BAD_FILES = {
+    "settings-deleted": _settings_deleted,
     "truncated": lambda original: (CORRUPT / "truncated.json").read_bytes(),
     "not-json": lambda original: (CORRUPT / "not_json.json").read_bytes(),
     "schema-2": lambda original: (CORRUPT / "schema2.json").read_bytes(),
@@ -36,6 +46,7 @@ BAD_FILES = {
     "empty": lambda original: b"",
 }
 MESSAGES = {
+    "settings-deleted": "document: missing key 'settings'*",
     "truncated": "not valid JSON*",
     "not-json": 'not a genguard trace or recorder history (it has no "schema" key)*',
     "schema-2": "trace schema 2 is not supported by this pytest-genguard*",
@@ -76,9 +87,10 @@ def test_a_bad_snapshot_fails_only_its_test_naming_the_file_and_is_left_unchange
     assert file_state(path) == before
 
 
-def test_update_stale_leaves_a_bad_snapshot_unchanged_and_failing(recorded: pytest.Pytester) -> None:
+@pytest.mark.parametrize("kind", ["truncated", "settings-deleted"])
+def test_update_stale_leaves_a_bad_snapshot_unchanged_and_failing(recorded: pytest.Pytester, kind: str) -> None:
     path = snapshot_path(recorded, "test_greedy")
-    path.write_bytes((CORRUPT / "truncated.json").read_bytes())
+    path.write_bytes(BAD_FILES[kind](path.read_bytes()))
     age(path)
     before = file_state(path)
     result = run(recorded, "--genguard-update-stale")

@@ -77,6 +77,9 @@ def test_a_finite_trace_against_a_stored_nan_is_a_regression(pytester: pytest.Py
     result = run(pytester)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["E  *regression: prompt 0 'hello' drifts at step 1*"])
+    # Named as what it is (issue 33: it read "|diff| inf > tol 0", as if the model had drifted infinitely).
+    result.stdout.fnmatch_lines(["E  *logprob nan vs * (the expected value is not a finite number)*"])
+    assert "inf > tol" not in result.stdout.str()
 
 
 def test_nonfinite_values_names_each_step_and_counts_every_value() -> None:

@@ -64,9 +64,15 @@ def test_a_snapshot_folder_that_is_a_file_fails_the_test_with_the_os_error(
     result = run(pytester, "--snapshot-update", *xdist)
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["E  *genguard snapshot 'test_greedy' could not be written to __snapshots__/test_gen/test_greedy.genguard: *"]
+        [
+            "E  *genguard snapshot 'test_greedy' could not be written to "
+            "__snapshots__/test_gen/test_greedy.genguard: *",
+            "E  *nothing was written: __snapshots__/test_gen is a file where genguard keeps a folder of snapshots; "
+            "move or delete that file and run the same command again",
+        ]
     )
     assert "does not exist" not in result.stdout.str()
+    assert "make the folder writable" not in result.stdout.str()  # before (issue 33): no permission is at fault
 
 
 def test_a_per_env_baseline_that_cannot_be_written_fails_naming_the_os_error_and_the_file(
@@ -80,6 +86,8 @@ def test_a_per_env_baseline_that_cannot_be_written_fails_naming_the_os_error_and
         [
             "E  *genguard snapshot 'test_greedy' could not be written to "
             "__genguard_baselines__/cpu-bfloat16/test_gen/test_greedy.genguard: *Error: *",
+            "E  *nothing was written: __genguard_baselines__ is a file where genguard keeps a folder of snapshots; "
+            "move or delete that file and run the same command again",
         ]
     )
 

@@ -10,12 +10,14 @@ from functools import cache
 from pathlib import Path
 
 from pytest_genguard.core.compare import step_scale
-from pytest_genguard.core.environments import logprobs_epsilon
+from pytest_genguard.core.environments import logprobs_epsilon, scores_epsilon
 from pytest_genguard.core.tolerances import Tolerances
 from pytest_genguard.core.trace import GenerationTrace
 
 FOLDER = Path(__file__).resolve().parents[2] / "fixtures" / "cross_kernel"
 PINS = FOLDER / "pins"
+BEAM = FOLDER / "beam"
+BEAM_KERNEL_SETS = ("avx2", "avx512")
 BUNDLES = tuple(sorted(p.name.removesuffix(".json.gz") for p in FOLDER.glob("*.json.gz")))
 ARCHS = ("gpt2", "llama", "t5")
 PROMPTS = [
@@ -37,6 +39,13 @@ def bundle(name: str) -> dict[str, GenerationTrace]:
     return {key: GenerationTrace.from_json(text, source=f"{name}/{key}") for key, text in texts.items()}
 
 
+@cache
+def beam(arch: str, kernel_set: str) -> GenerationTrace:
+    """A beam search trace (`beam/`: num_beams 3, top-5) of `arch` recorded under `kernel_set` on an AMD EPYC."""
+    path = BEAM / f"{arch}-beam.{kernel_set}.json"
+    return GenerationTrace.from_json(path.read_text(), source=str(path))
+
+
 def without_lse(trace: GenerationTrace) -> GenerationTrace:
     """The trace as pytest-genguard 0.1 wrote it (no per-step log-sum-exp): compared with that version's rule."""
     prompts = tuple(
@@ -50,15 +59,16 @@ def worst_share(a: GenerationTrace, b: GenerationTrace, tolerances: Tolerances) 
     top-k entries present on both sides): how much of the allowance the noise used."""
     worst = 0.0
     epsilon = max(logprobs_epsilon(a.environment), logprobs_epsilon(b.environment))
+    score_epsilon = max(scores_epsilon(a.environment), scores_epsilon(b.environment))
     for pa, pb in zip(a.prompts, b.prompts, strict=True):
         for sa, sb in zip(pa.steps, pb.steps, strict=False):
             if sa.token_id != sb.token_id:
                 break
-            rounding = epsilon * step_scale(sa, sb)
+            scale = step_scale(sa, sb)
             theirs = dict(zip(sb.top_ids, sb.top_logprobs, strict=True))
-            pairs = [(sa.logprob, sb.logprob), (sa.score, sb.score)]
-            pairs += [(x, theirs[i]) for i, x in zip(sa.top_ids, sa.top_logprobs, strict=True) if i in theirs]
-            for x, y in pairs:
+            pairs = [(sa.logprob, sb.logprob, epsilon), (sa.score, sb.score, score_epsilon)]
+            pairs += [(x, theirs[i], epsilon) for i, x in zip(sa.top_ids, sa.top_logprobs, strict=True) if i in theirs]
+            for x, y, eps in pairs:
                 if x != y:
-                    worst = max(worst, abs(x - y) / tolerances.allowed(x, y, rounding))
+                    worst = max(worst, abs(x - y) / tolerances.allowed(x, y, eps * scale))
     return worst
