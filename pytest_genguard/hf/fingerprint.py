@@ -269,12 +269,27 @@ def _recipe(model: PreTrainedModel) -> str | None:
 
 
 @functools.lru_cache(maxsize=2)
-def _backend_text(serialized: str) -> str:
-    """The vocabulary, merges and added tokens of a serialized tokenizer, canonical. Memoized by content: record()
-    fingerprints the same tokenizer on every call, and this JSON round trip was a third of record()'s own cost."""
+def _backend(serialized: str) -> tuple[str, tuple[tuple[str, JSONScalar], ...]]:
+    """A serialized tokenizer, parsed once: the canonical text of its vocabulary, merges and added tokens (what the
+    hash is taken over), and what that covers part by part, to say what changed when it does: an entry count and a
+    short hash of the vocabulary, the merges and the added tokens, and the normalizer's hash ("none" without one).
+    Memoized by content: record() fingerprints the same tokenizer on every call, and this JSON round trip was a third
+    of record()'s own cost."""
     doc = json.loads(serialized)
-    added = sorted((t.get("id"), t.get("content"), t.get("special")) for t in doc.get("added_tokens") or [])
-    return json.dumps({"model": doc.get("model"), "added_tokens": added}, sort_keys=True, ensure_ascii=False)
+    added = doc.get("added_tokens") or []
+    canonical = sorted((t.get("id"), t.get("content"), t.get("special")) for t in added)
+    text = json.dumps({"model": doc.get("model"), "added_tokens": canonical}, sort_keys=True, ensure_ascii=False)
+    parts: dict[str, JSONScalar] = {}
+    model = doc.get("model") or {}
+    for key, value in (("vocab", model.get("vocab")), ("merges", model.get("merges"))):
+        if isinstance(value, (dict, list)):
+            parts[key] = len(value)
+            parts[f"{key}_hash"] = _short_hash(value)
+    parts["added_tokens"] = len(added)
+    parts["added_tokens_hash"] = _short_hash(sorted((t.get("id"), t.get("content")) for t in added))
+    normalizer = doc.get("normalizer")
+    parts["normalizer"] = "none" if normalizer is None else _short_hash(normalizer)
+    return text, tuple(parts.items())
 
 
 # Each tokenizer's fingerprint with the cheap state it was computed for (`_tokenizer_state`): serializing a 150k-token
@@ -315,13 +330,12 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinger
 
 def _tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    serialized = None
+    backend_parts: tuple[tuple[str, JSONScalar], ...] | None = None
     if backend is not None:
         # The vocabulary, merges and added tokens: what maps text to ids. The rest of the serialized form (an empty
         # post-processor, version fields) differs between transformers versions for the same tokenizer; a change
         # there that matters shows as changed prompt ids, which the comparison reports as such.
-        serialized = backend.to_str()
-        text = _backend_text(serialized)
+        text, backend_parts = _backend(backend.to_str())
     else:
         text = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
     specials = {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())}
@@ -330,7 +344,7 @@ def _tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinge
     ).hexdigest()
     name = "PreTrainedTokenizerFast" if backend is not None else type(tokenizer).__name__  # 5.x: TokenizersBackend
     parts: dict[str, JSONScalar] = (
-        dict(_backend_parts(serialized)) if serialized is not None else {"vocab": len(tokenizer.get_vocab())}
+        dict(backend_parts) if backend_parts is not None else {"vocab": len(tokenizer.get_vocab())}
     )
     parts.update({f"special.{k}": v for k, v in specials.items()})
     return TokenizerFingerprint(
@@ -345,26 +359,6 @@ def _tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinge
 def _short_hash(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-
-
-@functools.lru_cache(maxsize=2)
-def _backend_parts(serialized: str) -> tuple[tuple[str, JSONScalar], ...]:
-    """What the hash covers, part by part, to say what changed when it does: an entry count and a short hash of the
-    vocabulary, the merges and the added tokens, and the normalizer's hash ("none" without one). Memoized by
-    content, as `_backend_text`."""
-    doc = json.loads(serialized)
-    parts: dict[str, JSONScalar] = {}
-    model = doc.get("model") or {}
-    for key, value in (("vocab", model.get("vocab")), ("merges", model.get("merges"))):
-        if isinstance(value, (dict, list)):
-            parts[key] = len(value)
-            parts[f"{key}_hash"] = _short_hash(value)
-    added = doc.get("added_tokens") or []
-    parts["added_tokens"] = len(added)
-    parts["added_tokens_hash"] = _short_hash(sorted((t.get("id"), t.get("content")) for t in added))
-    normalizer = doc.get("normalizer")
-    parts["normalizer"] = "none" if normalizer is None else _short_hash(normalizer)
-    return tuple(parts.items())
 
 
 def chat_template_text(tokenizer: PreTrainedTokenizerBase) -> str | None:
