@@ -15,7 +15,7 @@ from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import tiny_model
 
-peft = pytest.importorskip("peft", reason="PEFT adapters need peft (pip install -e '.[test]')")
+peft = pytest.importorskip("peft", reason="PEFT adapters need peft: pip install -e '.[adapters]'")
 
 
 def _lora(r: int, alpha: int, seed: int) -> Any:
