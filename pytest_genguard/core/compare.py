@@ -339,20 +339,31 @@ def prompt_difference(e: PromptTrace, a: PromptTrace) -> str:
 _TOKENIZER_PARTS = (("vocab", "vocabulary"), ("merges", "merges"), ("added_tokens", "added tokens"))
 
 
+# Short hashes whose definition changed with the tokenizer hash (version 2 hashes the backend's own serialization):
+# across versions they are not compared; the counts, added tokens, normalizer and specials are.
+_HASHED_PER_VERSION = frozenset({"vocab_hash", "merges_hash", "model_hash"})
+
+
 def _tokenizer_changes(expected: TokenizerFingerprint, actual: TokenizerFingerprint) -> list[str]:
     """What changed between two tokenizers, part by part (`TokenizerFingerprint.parts`); empty when a side does not
-    have its parts."""
+    have its parts (then, across hash versions, the vocabulary size and class are all that compare)."""
     e, a = expected.parts, actual.parts
-    if e is None or a is None:
-        return []
     changes = []
     if expected.vocab_size != actual.vocab_size:
         changes.append(f"vocabulary size {expected.vocab_size} -> {actual.vocab_size}")
+    if e is None or a is None:
+        if expected.hash_version == actual.hash_version:
+            return []  # the hashes say it
+        return changes + ([f"class {expected.name} -> {actual.name}"] if expected.name != actual.name else [])
+    same_version = expected.hash_version == actual.hash_version
     for key, label in _TOKENIZER_PARTS:
+        hashed = f"{key}_hash"
         if e.get(key) != a.get(key):
             changes.append(f"{label} {_value(e.get(key))} -> {_value(a.get(key))}")
-        elif e.get(f"{key}_hash") != a.get(f"{key}_hash"):
+        elif (same_version or hashed not in _HASHED_PER_VERSION) and e.get(hashed) != a.get(hashed):
             changes.append(f"{label} changed ({_value(e.get(key))} entries)")
+    if same_version and e.get("model_hash") != a.get("model_hash"):
+        changes.append(f"model {_bare(e.get('model_hash'))} -> {_bare(a.get('model_hash'))}")
     if e.get("normalizer") != a.get("normalizer"):
         changes.append(f"normalizer {_bare(e.get('normalizer'))} -> {_bare(a.get('normalizer'))}")
     for key in sorted(k for k in set(e) | set(a) if k.startswith("special.")):
@@ -393,7 +404,13 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
         if changes:
             reasons.append("model changed: " + ", ".join(changes))
     et, at = expected.tokenizer, actual.tokenizer
-    if check_fingerprints and et is not None and at is not None and et.hash != at.hash:
+    if check_fingerprints and et is not None and at is not None and et.hash_version != at.hash_version:
+        # Hashes of two versions (a snapshot recorded before version 2) say nothing about each other: what both
+        # versions define alike decides. A tokenizer change these prompts meet still shows as changed prompt ids.
+        changes = _tokenizer_changes(et, at)
+        if changes:
+            reasons.append("tokenizer changed: " + ", ".join(changes))
+    elif check_fingerprints and et is not None and at is not None and et.hash != at.hash:
         changes = _tokenizer_changes(et, at)
         if not changes:  # a trace written before the parts: the hashes are all it has
             changes = [f"{et.name} {_short_hash(et.hash)} -> {at.name} {_short_hash(at.hash)}"]

@@ -166,6 +166,11 @@ class TokenizerFingerprint:
     """What the hash covers, part by part, to say what changed when it does (`fingerprint.tokenizer_parts`): entry
     counts and short hashes of the vocabulary, merges and added tokens, the normalizer, each special token. Derived:
     the hash alone decides whether the tokenizer changed. None in traces written before it."""
+    hash_version: int = 1
+    """How `hash` was computed: 1, over a canonical JSON text of the vocabulary and merges (traces written before
+    version 2, and tokenizers without a `tokenizers` backend); 2, over the backend's own serialization of
+    its model (a JSON parse and re-encoding of a 150k-token vocabulary took ~1 s). Hashes of two versions are not
+    comparable: the parts that mean the same in both are (`compare`)."""
 
 
 @dataclass(frozen=True)
@@ -302,6 +307,8 @@ def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScala
     for optional in ("recipe", "chat_template", "adapters"):  # unset: left out, so older traces read as before
         if fields.get(optional, "") is None:
             del fields[optional]
+    if fields.get("hash_version") == 1:  # the first version: left out, as traces before the field wrote it
+        del fields["hash_version"]
     return fields
 
 
@@ -473,6 +480,7 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
             if t.get("chat_template") is None
             else r.str_(t["chat_template"], "tokenizer.chat_template"),
             parts=None if t.get("parts") is None else r.scalars(t["parts"], "tokenizer.parts"),
+            hash_version=1 if t.get("hash_version") is None else r.int_(t["hash_version"], "tokenizer.hash_version"),
         )
     prompts = r.list_(r.key(obj, "prompts", "document"), "prompts")
     return GenerationTrace(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import weakref
@@ -268,28 +267,90 @@ def _recipe(model: PreTrainedModel) -> str | None:
     return recipe if isinstance(recipe, str) else None
 
 
-@functools.lru_cache(maxsize=2)
-def _backend(serialized: str) -> tuple[str, tuple[tuple[str, JSONScalar], ...]]:
-    """A serialized tokenizer, parsed once: the canonical text of its vocabulary, merges and added tokens (what the
-    hash is taken over), and what that covers part by part, to say what changed when it does: an entry count and a
-    short hash of the vocabulary, the merges and the added tokens, and the normalizer's hash ("none" without one).
-    Memoized by content: record() fingerprints the same tokenizer on every call, and this JSON round trip was a third
-    of record()'s own cost."""
-    doc = json.loads(serialized)
+HASH_VERSION = 2
+"""The version of `tokenizer_fingerprint`'s hash for a tokenizer with a `tokenizers` backend (see
+`TokenizerFingerprint.hash_version`); a tokenizer without one is hashed as in version 1."""
+
+
+def _model_digests(raw: bytes) -> dict[str, str]:
+    """sha256 of the backend model's serialization, segment by segment: a BPE model serializes as
+    ``{"type": ..., options, "vocab": {...}, "merges": [...]}``, and its vocabulary and merges are hashed apart so a
+    change is named; any other model is one segment. The markers cannot occur inside a JSON string (its quotes are
+    escaped) or as a vocabulary entry (whose value is a number, not ``{`` or ``[``)."""
+    vocab_at = raw.find(b',"vocab":{')
+    merges_at = raw.find(b'},"merges":[', vocab_at) if vocab_at >= 0 else -1
+    if merges_at < 0:
+        return {"model": hashlib.sha256(raw).hexdigest()}
+    view = memoryview(raw)
+    return {
+        "options": hashlib.sha256(view[:vocab_at]).hexdigest(),
+        "vocab": hashlib.sha256(view[vocab_at : merges_at + 1]).hexdigest(),
+        "merges": hashlib.sha256(view[merges_at + 1 :]).hexdigest(),
+    }
+
+
+def _merge_count(raw: bytes) -> int | None:
+    """How many merges a BPE serialization holds: pairs (``[["a","b"],...]``, tokenizers >= 0.20) or strings
+    (``["a b",...]``); None when it is neither. Separators are counted: they cannot occur inside a string."""
+    at = raw.find(b'},"merges":[')
+    if at < 0:
+        return None
+    body = raw[at + len(b'},"merges":[') :]
+    if body.startswith(b"]"):
+        return 0
+    if body.startswith(b"["):
+        return body.count(b'],["') + 1
+    if body.startswith(b'"'):
+        return body.count(b'","') + 1
+    return None
+
+
+def _backend_identity(backend: Any) -> tuple[str, dict[str, JSONScalar]]:
+    """What version 2 hashes for a `tokenizers` backend (its model's own serialization, read without a JSON parse:
+    the vocabulary and merges are most of it), and the parts; the added tokens, the normalizer and the counts as
+    version 1 gave them, so they compare across versions."""
+    raw = backend.model.__getstate__()
+    digests = _model_digests(raw)
+    added = sorted((int(i), t.content, bool(t.special)) for i, t in backend.get_added_tokens_decoder().items())
+    parts: dict[str, JSONScalar] = {"vocab": int(backend.get_vocab_size(with_added_tokens=False))}
+    if "vocab" in digests:
+        parts["vocab_hash"] = digests["vocab"][:12]
+        merges = _merge_count(raw)
+        if merges is not None:
+            parts["merges"] = merges
+        parts["merges_hash"] = digests["merges"][:12]
+    else:
+        parts["model_hash"] = digests["model"][:12]
+    parts["added_tokens"] = len(added)
+    parts["added_tokens_hash"] = _short_hash([[i, content] for i, content, _ in added])
+    normalizer = backend.normalizer
+    parts["normalizer"] = "none" if normalizer is None else _short_hash(json.loads(normalizer.__getstate__()))
+    identity = json.dumps({"model": digests, "added_tokens": added}, sort_keys=True, ensure_ascii=False)
+    return identity, parts
+
+
+def legacy_tokenizer_hash(tokenizer: PreTrainedTokenizerBase) -> str:
+    """The tokenizer hash of version 1 (sha256 of a canonical JSON text of the serialized vocabulary, merges and
+    added tokens, and the specials), which training identities (`run_state.training_identity`) are made of: a
+    history recorded before version 2 keeps its recipe. About a second for a 150k-token vocabulary, once per
+    training run; `tokenizer_fingerprint` no longer pays it."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return _tokenizer_fingerprint(tokenizer).hash  # version 1 is still the hash of a tokenizer without one
+    doc = json.loads(backend.to_str())
     added = doc.get("added_tokens") or []
     canonical = sorted((t.get("id"), t.get("content"), t.get("special")) for t in added)
     text = json.dumps({"model": doc.get("model"), "added_tokens": canonical}, sort_keys=True, ensure_ascii=False)
-    parts: dict[str, JSONScalar] = {}
-    model = doc.get("model") or {}
-    for key, value in (("vocab", model.get("vocab")), ("merges", model.get("merges"))):
-        if isinstance(value, (dict, list)):
-            parts[key] = len(value)
-            parts[f"{key}_hash"] = _short_hash(value)
-    parts["added_tokens"] = len(added)
-    parts["added_tokens_hash"] = _short_hash(sorted((t.get("id"), t.get("content")) for t in added))
-    normalizer = doc.get("normalizer")
-    parts["normalizer"] = "none" if normalizer is None else _short_hash(normalizer)
-    return text, tuple(parts.items())
+    return _digest(text, _specials(tokenizer))
+
+
+def _specials(tokenizer: PreTrainedTokenizerBase) -> dict[str, str]:
+    return {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())}
+
+
+def _digest(text: str, specials: dict[str, str]) -> str:
+    body = text + "\n" + json.dumps(specials, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # Each tokenizer's fingerprint with the cheap state it was computed for (`_tokenizer_state`): serializing a 150k-token
@@ -330,29 +391,24 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFinger
 
 def _tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    backend_parts: tuple[tuple[str, JSONScalar], ...] | None = None
+    specials = _specials(tokenizer)
     if backend is not None:
         # The vocabulary, merges and added tokens: what maps text to ids. The rest of the serialized form (an empty
         # post-processor, version fields) differs between transformers versions for the same tokenizer; a change
         # there that matters shows as changed prompt ids, which the comparison reports as such.
-        text, backend_parts = _backend(backend.to_str())
+        text, parts = _backend_identity(backend)
+        version = HASH_VERSION
     else:
         text = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
-    specials = {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())}
-    digest = hashlib.sha256(
-        (text + "\n" + json.dumps(specials, sort_keys=True, ensure_ascii=False)).encode("utf-8", "surrogatepass")
-    ).hexdigest()
-    name = "PreTrainedTokenizerFast" if backend is not None else type(tokenizer).__name__  # 5.x: TokenizersBackend
-    parts: dict[str, JSONScalar] = (
-        dict(backend_parts) if backend_parts is not None else {"vocab": len(tokenizer.get_vocab())}
-    )
+        parts, version = {"vocab": len(tokenizer.get_vocab())}, 1
     parts.update({f"special.{k}": v for k, v in specials.items()})
     return TokenizerFingerprint(
-        name=name,
+        name="PreTrainedTokenizerFast" if backend is not None else type(tokenizer).__name__,  # 5.x: TokenizersBackend
         vocab_size=len(tokenizer),
-        hash=digest,
+        hash=_digest(text, specials),
         chat_template=chat_template_text(tokenizer),
         parts=parts,
+        hash_version=version,
     )
 
 

@@ -14,7 +14,7 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.hf.fingerprint import model_dtype, tokenizer_fingerprint, weights_hash
+from pytest_genguard.hf.fingerprint import legacy_tokenizer_hash, model_dtype, weights_hash
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainingArguments
@@ -59,7 +59,7 @@ def training_identity(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
     parts = {
         "weights": weights_hash(model),
         "dtype": model_dtype(model),
-        "tokenizer": tokenizer_fingerprint(tokenizer).hash,
+        "tokenizer": legacy_tokenizer_hash(tokenizer),  # version 1: recipes recorded before version 2 hold
         "arguments": {name: str(getattr(args, name, None)) for name in TRAINING_ARGUMENTS},
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
