@@ -223,20 +223,27 @@ class Float64LogSoftmax:
     changed model. In float64 the only rounding left is the final one to float32, at the scale of the logprob.
     """
 
-    logits: torch.Tensor  # [..., V] float32 logits (topk reads these: the same order as the logprobs)
+    logits: torch.Tensor  # [..., V] float32 logits
     lse: torch.Tensor  # [...] float64 log-sum-exp
+    top_logits: torch.Tensor  # [..., k] the k largest logits, best first (`top_k_of`)
+    top_ids: torch.Tensor  # [..., k] their ids
 
     @classmethod
-    def of(cls, logits: torch.Tensor) -> Float64LogSoftmax:
-        """Only the log-sum-exp needs every logit in float64; it is computed a cache-sized block of rows at a time
-        (a float64 copy of a 152k-token vocabulary for every step cost more than generate() itself), with
+    def of(cls, logits: torch.Tensor, k: int) -> Float64LogSoftmax:
+        """The top-`k` logits first, then the log-sum-exp with their first (the row's maximum: no pass of its own).
+
+        Only the log-sum-exp needs every logit in float64; it is computed a cache-sized block of rows at a time (a
+        float64 copy of a 152k-token vocabulary for every step cost more than generate() itself), with
         `torch.logsumexp`'s own steps (max, shifted exp, sum, log, max added back), so its bits are the same."""
         import torch
 
         logits = logits.float()
         vocab = logits.shape[-1]
+        top_logits, top_ids = top_k_of(logits, min(k, vocab))
         rows = logits.reshape(-1, vocab)
         n = rows.shape[0]
+        maxima = top_logits[..., 0].reshape(n, 1).double()
+        maxima.masked_fill_(maxima.abs() == math.inf, 0.0)  # as torch.logsumexp: an infinite max is not subtracted
         lse = torch.empty(n, dtype=torch.float64, device=logits.device)
         # At least two rows a block: torch splits a lone row's sum across threads (another summation order), while
         # it sums several rows one per thread, as torch.logsumexp over the whole tensor does.
@@ -245,26 +252,18 @@ class Float64LogSoftmax:
         if len(starts) > 1 and n - starts[-1] == 1:
             starts.pop()  # the last row joins the block before it
         for first, stop in zip(starts, [*starts[1:], n], strict=True):
-            block = rows[first:stop]
-            top = block.amax(dim=-1, keepdim=True).double()
-            top.masked_fill_(top.abs() == math.inf, 0.0)  # as torch.logsumexp: an infinite max is not subtracted
-            total = block.double().sub_(top).exp_().sum(dim=-1)
+            top = maxima[first:stop]
+            total = rows[first:stop].double().sub_(top).exp_().sum(dim=-1)
             lse[first:stop] = total.log_().add_(top.squeeze(-1))
-        return cls(logits, lse.reshape(logits.shape[:-1]))
+        return cls(logits, lse.reshape(logits.shape[:-1]), top_logits, top_ids)
 
     def at(self, index: torch.Tensor) -> torch.Tensor:
         """The logprobs of the ids in `index` ([..., 1]) as float32, the last dimension squeezed."""
         return (self.logits.gather(-1, index).squeeze(-1).double() - self.lse).float()
 
-    def top(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def top(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k logprobs (float32) and their ids."""
-        logprobs, ids, _ = self.top_with_logits(k)
-        return logprobs, ids
-
-    def top_with_logits(self, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The top-k logprobs (float32), their ids and their logits (the first is the step's largest logit)."""
-        values, ids = top_k_of(self.logits, k)
-        return (values.double() - self.lse.unsqueeze(-1)).float(), ids, values
+        return (self.top_logits.double() - self.lse.unsqueeze(-1)).float(), self.top_ids
 
 
 _TOPK_BLOCK = 256
@@ -327,13 +326,13 @@ def collect_steps(out: Any, batch_size: int, top_k: int) -> list[dict[str, Any]]
         else:
             raw_logits = _steps_of([logits[t][:batch_size] for t in span])
             processed = raw_logits if unprocessed else _steps_of([scores[t][:batch_size] for t in span]).float()
-        soft = Float64LogSoftmax.of(raw_logits)
+        soft = Float64LogSoftmax.of(raw_logits, k)
         chosen = seq[:, span.start : span.stop].T[:, :, None]
-        top_vals, top_ids, top_logits = soft.top_with_logits(k)
+        top_vals, top_ids = soft.top()
         parts["chosen_logprob"].append(soft.at(chosen))
         parts["lse"].append(soft.lse.float())
         parts["score"].append(processed.gather(2, chosen).squeeze(2))
-        best = top_logits[..., 0] if unprocessed and beam_rows is None else processed.max(dim=-1).values
+        best = soft.top_logits[..., 0] if unprocessed and beam_rows is None else processed.max(dim=-1).values
         parts["best"].append(best)
         parts["top_vals"].append(top_vals)
         parts["top_ids"].append(top_ids)

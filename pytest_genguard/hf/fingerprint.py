@@ -272,37 +272,32 @@ HASH_VERSION = 2
 `TokenizerFingerprint.hash_version`); a tokenizer without one is hashed as in version 1."""
 
 
-def _model_digests(raw: bytes) -> dict[str, str]:
-    """sha256 of the backend model's serialization, segment by segment: a BPE model serializes as
-    ``{"type": ..., options, "vocab": {...}, "merges": [...]}``, and its vocabulary and merges are hashed apart so a
-    change is named; any other model is one segment. The markers cannot occur inside a JSON string (its quotes are
-    escaped) or as a vocabulary entry (whose value is a number, not ``{`` or ``[``)."""
-    vocab_at = raw.find(b',"vocab":{')
-    merges_at = raw.find(b'},"merges":[', vocab_at) if vocab_at >= 0 else -1
+_VOCAB_MARK = b',"vocab":{'
+_MERGES_MARK = b'},"merges":['
+
+
+def _model_digests(raw: bytes) -> tuple[dict[str, str], int | None]:
+    """sha256 of the backend model's serialization, segment by segment, and how many merges it holds.
+
+    A BPE model serializes as ``{"type": ..., options, "vocab": {...}, "merges": [...]}``: its vocabulary and merges
+    are hashed apart, so a change is named; any other model is one segment. The markers cannot occur inside a JSON
+    string (its quotes are escaped) or as a vocabulary entry (whose value is a number, not ``{`` or ``[``); merges are
+    counted by the separator between two of them, pairs (``],["``, tokenizers >= 0.20) or strings (``","``)."""
+    vocab_at = raw.find(_VOCAB_MARK)
+    merges_at = raw.find(_MERGES_MARK, vocab_at) if vocab_at >= 0 else -1
     if merges_at < 0:
-        return {"model": hashlib.sha256(raw).hexdigest()}
+        return {"model": hashlib.sha256(raw).hexdigest()}, None
     view = memoryview(raw)
-    return {
+    digests = {
         "options": hashlib.sha256(view[:vocab_at]).hexdigest(),
         "vocab": hashlib.sha256(view[vocab_at : merges_at + 1]).hexdigest(),
         "merges": hashlib.sha256(view[merges_at + 1 :]).hexdigest(),
     }
-
-
-def _merge_count(raw: bytes) -> int | None:
-    """How many merges a BPE serialization holds: pairs (``[["a","b"],...]``, tokenizers >= 0.20) or strings
-    (``["a b",...]``); None when it is neither. Separators are counted: they cannot occur inside a string."""
-    at = raw.find(b'},"merges":[')
-    if at < 0:
-        return None
-    body = raw[at + len(b'},"merges":[') :]
-    if body.startswith(b"]"):
-        return 0
-    if body.startswith(b"["):
-        return body.count(b'],["') + 1
-    if body.startswith(b'"'):
-        return body.count(b'","') + 1
-    return None
+    body = merges_at + len(_MERGES_MARK)
+    first = raw[body : body + 1]
+    separator = {b"[": b'],["', b'"': b'","'}.get(first)
+    count = 0 if first == b"]" else None if separator is None else raw.count(separator, body) + 1
+    return digests, count
 
 
 def _backend_identity(backend: Any) -> tuple[str, dict[str, JSONScalar]]:
@@ -310,12 +305,11 @@ def _backend_identity(backend: Any) -> tuple[str, dict[str, JSONScalar]]:
     the vocabulary and merges are most of it), and the parts; the added tokens, the normalizer and the counts as
     version 1 gave them, so they compare across versions."""
     raw = backend.model.__getstate__()
-    digests = _model_digests(raw)
+    digests, merges = _model_digests(raw)
     added = sorted((int(i), t.content, bool(t.special)) for i, t in backend.get_added_tokens_decoder().items())
     parts: dict[str, JSONScalar] = {"vocab": int(backend.get_vocab_size(with_added_tokens=False))}
     if "vocab" in digests:
         parts["vocab_hash"] = digests["vocab"][:12]
-        merges = _merge_count(raw)
         if merges is not None:
             parts["merges"] = merges
         parts["merges_hash"] = digests["merges"][:12]

@@ -215,8 +215,8 @@ def teacher_force_with_preferences(
         logits = batch.logits
         sequences = batch.sequences.to(logits.device)
         processed = apply_along_path(processors, logits, sequences, batch.start) if len(processors) else logits
-        raw = Float64LogSoftmax.of(logits)
-        top_vals, top_ids = raw.top(min(top_k, logits.shape[-1]))
+        raw = Float64LogSoftmax.of(logits, top_k)
+        top_vals, top_ids = raw.top()
         argmax = processed.argmax(dim=-1, keepdim=True)  # as generate() picks a greedy token
         chosen = sequences[:, batch.start :].unsqueeze(-1)
         # One device->host transfer per field; the values are float32, as traces store them.

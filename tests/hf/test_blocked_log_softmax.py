@@ -29,7 +29,7 @@ def test_the_blocked_log_sum_exp_has_the_bits_of_the_whole_tensor_float64_one(
     generator = torch.Generator().manual_seed(sum(shape))
     logits = torch.randn(*shape, generator=generator) * 4
     logits.view(-1, shape[-1])[0, :3] = -torch.inf  # masked tokens, as processors leave them
-    soft = Float64LogSoftmax.of(logits)
+    soft = Float64LogSoftmax.of(logits, 5)
     exact = torch.logsumexp(logits.double(), dim=-1)
     assert torch.equal(soft.lse, exact)
     ids = logits.argmax(dim=-1, keepdim=True)
@@ -42,7 +42,7 @@ def test_a_row_of_minus_infinity_and_a_row_with_an_infinite_max_are_as_torch_has
     logits = torch.zeros(3, 768)
     logits[0] = -torch.inf
     logits[1, 5] = torch.inf
-    ours, theirs = Float64LogSoftmax.of(logits).lse, torch.logsumexp(logits.double(), dim=-1)
+    ours, theirs = Float64LogSoftmax.of(logits, 5).lse, torch.logsumexp(logits.double(), dim=-1)
     assert ours.tolist()[0] == theirs.tolist()[0] == -float("inf") and ours[2] == theirs[2]
     assert ours[1].isnan() == theirs[1].isnan() or ours[1] == theirs[1]
 
