@@ -35,9 +35,9 @@ from typing import Unpack
 from pytest_genguard.core.adapters import adapter_changes, merge_note
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.environments import environment_diff, logprobs_epsilon, scores_epsilon
-from pytest_genguard.core.jsontext import JSONScalar, changed_keys, json_text, same_scalar
+from pytest_genguard.core.jsontext import JSONScalar, changed_keys, same_scalar
 from pytest_genguard.core.text import quote
-from pytest_genguard.core.text_diff import first_differing_line, where_texts_differ
+from pytest_genguard.core.text_diff import first_differing_line, prompt_difference
 from pytest_genguard.core.tolerances import (
     ToleranceArgs,
     Tolerances,
@@ -344,22 +344,6 @@ def _config_changes(expected: ModelFingerprint, actual: ModelFingerprint) -> lis
         if not same_scalar(expected.config[k], actual.config[k])
     ]
     return changed[:3] + ([f"{len(changed) - 3} more config keys"] if len(changed) > 3 else [])
-
-
-def prompt_difference(e: PromptTrace, a: PromptTrace) -> str:
-    """Where two prompts differ: the first differing message of two conversations, else the first differing
-    character of their texts."""
-    if e.messages is not None and a.messages is not None:
-        if len(e.messages) != len(a.messages):
-            return f"{len(e.messages)} -> {len(a.messages)} messages"
-        for n, (em, am) in enumerate(zip(e.messages, a.messages, strict=True)):
-            if em != am:
-                role = em.get("role", "?")
-                old, new = str(em.get("content", "")), str(am.get("content", ""))
-                if em.get("role") != am.get("role") or old == new:
-                    return f"message {n}: {json_text(em)[:40]} -> {json_text(am)[:40]}"
-                return f"message {n} ({role}) {where_texts_differ(old, new)}"
-    return where_texts_differ(e.prompt, a.prompt)
 
 
 _TOKENIZER_PARTS = (("vocab", "vocabulary"), ("merges", "merges"), ("added_tokens", "added tokens"))
