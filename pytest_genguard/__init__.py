@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "ModelFingerprint": "core.trace",
     "TokenizerFingerprint": "core.trace",
     "compare": "core.compare",
+    "Fingerprints": "core.compare",
     "Comparison": "core.comparison",
     "Tolerances": "core.tolerances",
     "Verdict": "core.verdict",
@@ -100,7 +101,7 @@ if TYPE_CHECKING:
     from pytest_genguard import strategies as strategies
     from pytest_genguard.bisection.driver import BisectResult as BisectResult, bisect as bisect
     from pytest_genguard.core.budget import Budget as Budget, FidelityReport as FidelityReport
-    from pytest_genguard.core.compare import compare as compare
+    from pytest_genguard.core.compare import Fingerprints as Fingerprints, compare as compare
     from pytest_genguard.core.comparison import Comparison as Comparison
     from pytest_genguard.core.errors import (
         BisectError as BisectError,

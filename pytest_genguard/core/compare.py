@@ -11,7 +11,8 @@ The rule combines what vLLM, Hugging Face and TGI learned (see DESIGN.md, "Diver
   nothing after the split is compared;
 - different lengths or finish reasons over an agreeing path, or the same prompt text tokenized to different ids, are
   regressions;
-- a changed model, tokenizer, decoding settings or prompt list makes the recorded trace *stale*, not regressed;
+- a changed model, tokenizer, decoding settings or prompt list makes the recorded trace *stale*, not regressed
+  (`check_fingerprints` narrows which fingerprints count: `Fingerprints`);
 - traces of two dtypes (float32 recorded, float16 now) are judged under the looser dtype's tolerances, and fail
   whatever the values unless the caller passes ``allow_dtype_change=True``: a precision switch is never silent.
 
@@ -25,6 +26,7 @@ Pure standard library: `import pytest_genguard.core.compare` never imports torch
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,9 +35,9 @@ from typing import Unpack
 from pytest_genguard.core.adapters import adapter_changes, merge_note
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.environments import environment_diff, logprobs_epsilon, scores_epsilon
-from pytest_genguard.core.jsontext import JSONScalar, changed_keys, json_text, same_scalar
+from pytest_genguard.core.jsontext import JSONScalar, changed_keys, same_scalar
 from pytest_genguard.core.text import quote
-from pytest_genguard.core.text_diff import first_differing_line, where_texts_differ
+from pytest_genguard.core.text_diff import first_differing_line, prompt_difference
 from pytest_genguard.core.tolerances import (
     ToleranceArgs,
     Tolerances,
@@ -47,7 +49,31 @@ from pytest_genguard.core.tolerances import (
 from pytest_genguard.core.trace import GenerationTrace, ModelFingerprint, PromptTrace, Step, TokenizerFingerprint
 from pytest_genguard.core.verdict import Divergence, DivergenceKind, ErrorStats, Verdict, worst
 
-__all__ = ["compare", "step_scale"]
+__all__ = ["Fingerprints", "compare", "step_scale"]
+
+
+class Fingerprints(enum.Enum):
+    """Which fingerprints `compare()` holds two traces to (its ``check_fingerprints``): one that changed makes the
+    recorded trace stale. ``True`` means `ALL`, ``False`` `NONE`."""
+
+    ALL = "all"
+    """The model and the tokenizer with its chat template: the snapshot rule."""
+    TOKENIZER = "tokenizer"
+    """The tokenizer and its chat template, not the model: a cast or quantized copy is another model on purpose,
+    but it must read and write the same tokens for its distributions to be comparable (a fidelity budget)."""
+    NONE = "none"
+    """Neither: two models (or tokenizers) compared on purpose (`verify()`)."""
+
+
+def _fingerprints(value: bool | Fingerprints) -> Fingerprints:
+    if isinstance(value, Fingerprints):
+        return value
+    if isinstance(value, bool):
+        return Fingerprints.ALL if value else Fingerprints.NONE
+    raise TypeError(
+        f"compare: check_fingerprints must be True, False or a Fingerprints member "
+        f"(Fingerprints.ALL, .TOKENIZER, .NONE), got {value!r}"
+    )
 
 
 class _Stats:
@@ -320,22 +346,6 @@ def _config_changes(expected: ModelFingerprint, actual: ModelFingerprint) -> lis
     return changed[:3] + ([f"{len(changed) - 3} more config keys"] if len(changed) > 3 else [])
 
 
-def prompt_difference(e: PromptTrace, a: PromptTrace) -> str:
-    """Where two prompts differ: the first differing message of two conversations, else the first differing
-    character of their texts."""
-    if e.messages is not None and a.messages is not None:
-        if len(e.messages) != len(a.messages):
-            return f"{len(e.messages)} -> {len(a.messages)} messages"
-        for n, (em, am) in enumerate(zip(e.messages, a.messages, strict=True)):
-            if em != am:
-                role = em.get("role", "?")
-                old, new = str(em.get("content", "")), str(am.get("content", ""))
-                if em.get("role") != am.get("role") or old == new:
-                    return f"message {n}: {json_text(em)[:40]} -> {json_text(am)[:40]}"
-                return f"message {n} ({role}) {where_texts_differ(old, new)}"
-    return where_texts_differ(e.prompt, a.prompt)
-
-
 _TOKENIZER_PARTS = (("vocab", "vocabulary"), ("merges", "merges"), ("added_tokens", "added tokens"))
 
 
@@ -380,10 +390,10 @@ def _bare(value: JSONScalar) -> str:
     return "?" if value is None else str(value)
 
 
-def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fingerprints: bool) -> tuple[str, ...]:
+def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, fingerprints: Fingerprints) -> tuple[str, ...]:
     reasons = []
     em, am = expected.model, actual.model
-    if check_fingerprints and em is not None and am is not None:
+    if fingerprints is Fingerprints.ALL and em is not None and am is not None:
         changes = []
         if em.model_type != am.model_type:
             changes.append(f"model_type {em.model_type} -> {am.model_type}")
@@ -404,19 +414,20 @@ def _stale_reasons(expected: GenerationTrace, actual: GenerationTrace, check_fin
         if changes:
             reasons.append("model changed: " + ", ".join(changes))
     et, at = expected.tokenizer, actual.tokenizer
-    if check_fingerprints and et is not None and at is not None and et.hash_version != at.hash_version:
-        # Hashes of two versions (a snapshot recorded before version 2) say nothing about each other: what both
-        # versions define alike decides. A tokenizer change these prompts meet still shows as changed prompt ids.
-        changes = _tokenizer_changes(et, at)
-        if changes:
+    if fingerprints is not Fingerprints.NONE and et is not None and at is not None:
+        if et.hash_version != at.hash_version:
+            # Hashes of two versions (a snapshot recorded before version 2) say nothing about each other: what both
+            # versions define alike decides. A tokenizer change these prompts meet still shows as changed prompt ids.
+            changes = _tokenizer_changes(et, at)
+            if changes:
+                reasons.append("tokenizer changed: " + ", ".join(changes))
+        elif et.hash != at.hash:
+            changes = _tokenizer_changes(et, at)
+            if not changes:  # a trace written before the parts: the hashes are all it has
+                changes = [f"{et.name} {_short_hash(et.hash)} -> {at.name} {_short_hash(at.hash)}"]
             reasons.append("tokenizer changed: " + ", ".join(changes))
-    elif check_fingerprints and et is not None and at is not None and et.hash != at.hash:
-        changes = _tokenizer_changes(et, at)
-        if not changes:  # a trace written before the parts: the hashes are all it has
-            changes = [f"{et.name} {_short_hash(et.hash)} -> {at.name} {_short_hash(at.hash)}"]
-        reasons.append("tokenizer changed: " + ", ".join(changes))
-    if check_fingerprints and et is not None and at is not None and et.chat_template != at.chat_template:
-        reasons.append("chat template changed: " + first_differing_line(et.chat_template, at.chat_template))
+        if et.chat_template != at.chat_template:
+            reasons.append("chat template changed: " + first_differing_line(et.chat_template, at.chat_template))
     settings = _mapping_changes(expected.settings, actual.settings)
     if settings:
         reasons.append("decoding settings changed: " + ", ".join(f"{k} {change}" for k, change in settings))
@@ -438,19 +449,22 @@ def compare(
     expected: GenerationTrace,
     actual: GenerationTrace,
     *,
-    check_fingerprints: bool = True,
+    check_fingerprints: bool | Fingerprints = True,
     **tolerances: Unpack[ToleranceArgs],
 ) -> Comparison:
     """Compare a new trace with a recorded one under the divergence rule (see the module docstring).
 
     Tolerances default to `tolerances_for()` of the traces' dtype (the loosest of the two when they differ), or to
     `tolerances=`; `atol=`/`rtol=`/`tie_tol=` override single fields. `check_fingerprints=False` ignores model and
-    tokenizer fingerprints (to compare two models on purpose); `allow_dtype_change=True` lets traces of two dtypes
-    pass on their values (they fail otherwise). Never raises on valid traces.
+    tokenizer fingerprints (to compare two models on purpose), `Fingerprints.TOKENIZER` holds the traces to their
+    tokenizer and chat template alone (a cast or quantized copy, judged over the same tokens);
+    `allow_dtype_change=True` lets traces of two dtypes pass on their values (they fail otherwise). Never raises on
+    valid traces.
     """
     for name, value in (("expected", expected), ("actual", actual)):
         if not isinstance(value, GenerationTrace):
             raise TypeError(f"compare: {name} must be a GenerationTrace, got {type(value).__name__}")
+    fingerprints = _fingerprints(check_fingerprints)
     tol = resolve(default_tolerances(expected, actual), tolerances)
     epsilons = _epsilons(expected, actual)
     stats = _Stats()
@@ -465,7 +479,7 @@ def compare(
         if div is not None:
             divergences.append(div)
     verdicts += [None] * (max(len(expected.prompts), len(actual.prompts)) - len(verdicts))
-    stale = _stale_reasons(expected, actual, check_fingerprints)
+    stale = _stale_reasons(expected, actual, fingerprints)
     overall = Verdict.STALE if stale else worst(v for v in verdicts if v is not None)
     dtypes = dtype_change(expected, actual)
     allowed = bool(tolerances.get("allow_dtype_change"))
@@ -487,7 +501,7 @@ def compare(
         values_verdict=values_verdict,
         adapter_note=(
             merge_note(expected.model.adapters, actual.model.adapters)
-            if check_fingerprints and expected.model is not None and actual.model is not None
+            if fingerprints is Fingerprints.ALL and expected.model is not None and actual.model is not None
             else None
         ),
     )

@@ -15,6 +15,7 @@ from typing import Any
 from pytest_genguard.core.comparison import describe
 from pytest_genguard.core.documents import Outcome, history_of
 from pytest_genguard.core.text import quote
+from pytest_genguard.core.text_diff import prompt_difference
 from pytest_genguard.core.trace import GenerationTrace
 
 __all__ = ["accepted_changes", "nonfinite_message", "nonfinite_values"]
@@ -94,9 +95,7 @@ def accepted_changes(outcome: Outcome) -> list[str]:
             lines.append(f"prompt {i} {quote(prompt, 30)} {'added' if i >= len(old) else 'removed'}")
             continue
         if old[i].prompt != new[i].prompt:
-            lines.append(
-                f"prompt {i} replaced: {quote(old[i].prompt, 30)} -> {quote(new[i].prompt, 30)} (not compared)"
-            )
+            lines.append(f"prompt {i} replaced: {prompt_difference(old[i], new[i])} (not compared)")
             continue
         div = divergences.get(i)
         changed = [describe(cmp, div)] if div is not None else []

@@ -1,12 +1,15 @@
-"""Where two texts first differ, for stale reasons a reader can act on: two prompts that share their first 28
-characters were both shown cut to the same text ("prompts changed: 'You are a helpful assistant...' -> 'You are a
-helpful assistant...'"); a changed chat template is named by its first differing line."""
+"""Where two texts first differ, for stale reasons and review lines a reader can act on: two prompts that share their
+first 28 characters were both shown cut to the same text ("prompts changed: 'You are a helpful assistant...' -> 'You
+are a helpful assistant...'"); two prompts (`prompt_difference`: conversations by their first differing message) are
+named where they differ, a changed chat template by its first differing line."""
 
 from __future__ import annotations
 
+from pytest_genguard.core.jsontext import json_text
 from pytest_genguard.core.text import quote
+from pytest_genguard.core.trace import PromptTrace
 
-__all__ = ["first_differing_line", "where_texts_differ"]
+__all__ = ["first_differing_line", "prompt_difference", "where_texts_differ"]
 
 _BEFORE = 12
 """Characters of common text shown before the first difference."""
@@ -42,3 +45,19 @@ def first_differing_line(old: str | None, new: str | None, width: int = 60) -> s
             shown_b = "(no line)" if b is None else quote(b, width)
             return f"line {n + 1}: {shown_a} -> {shown_b}"
     return f"the same lines, other line endings or whitespace: {where_texts_differ(old, new)}"
+
+
+def prompt_difference(e: PromptTrace, a: PromptTrace) -> str:
+    """Where two prompts differ: the first differing message of two conversations, else the first differing
+    character of their texts."""
+    if e.messages is not None and a.messages is not None:
+        if len(e.messages) != len(a.messages):
+            return f"{len(e.messages)} -> {len(a.messages)} messages"
+        for n, (em, am) in enumerate(zip(e.messages, a.messages, strict=True)):
+            if em != am:
+                role = em.get("role", "?")
+                old, new = str(em.get("content", "")), str(am.get("content", ""))
+                if em.get("role") != am.get("role") or old == new:
+                    return f"message {n}: {json_text(em)[:40]} -> {json_text(am)[:40]}"
+                return f"message {n} ({role}) {where_texts_differ(old, new)}"
+    return where_texts_differ(e.prompt, a.prompt)

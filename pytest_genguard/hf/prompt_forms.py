@@ -105,8 +105,14 @@ def _placeholder(form: Form) -> str:
     return f"{len(form)} token ids"
 
 
-def chat_kwargs(given: Mapping[str, Any] | None, *, where: str) -> dict[str, Any]:
-    """The chat template's keyword arguments: ``add_generation_prompt=True`` unless given, then what was given."""
+def chat_kwargs(given: Mapping[str, Any] | None, forms: Sequence[Form] | None, *, where: str) -> dict[str, Any]:
+    """The chat template's keyword arguments: ``add_generation_prompt=True`` unless given, then what was given.
+    Given for `forms` of which none is a conversation, they are refused: they would be ignored."""
+    if given is not None and not has_conversation(forms):
+        raise ValueError(
+            f"{where}: chat_template_kwargs is for conversations, and no prompt is one; pass the prompts as lists of "
+            '{"role": ..., "content": ...} messages, or drop chat_template_kwargs.'
+        )
     if given is not None and not isinstance(given, Mapping):
         raise ValueError(
             f"{where}: chat_template_kwargs must be a dict (e.g. {{'enable_thinking': False}}), got "

@@ -67,13 +67,8 @@ def record(
     """
     checks.check_tokenizer(tokenizer)
     call = _Call.checked("record()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs, forms=True)
-    if chat_template_kwargs is not None and not prompt_forms.has_conversation(call.forms):
-        raise ValueError(
-            "record(): chat_template_kwargs is for conversations, and no prompt is one; pass the prompts as lists of "
-            '{"role": ..., "content": ...} messages, or drop chat_template_kwargs.'
-        )
+    kwargs = prompt_forms.chat_kwargs(chat_template_kwargs, call.forms, where="record()")
     if call.forms is not None:
-        kwargs = prompt_forms.chat_kwargs(chat_template_kwargs, where="record()")
         encoded = prompt_forms.encode(tokenizer, call.forms, kwargs, where="record()")
         call = dataclasses.replace(call, prompts=encoded.texts)
 
@@ -109,14 +104,17 @@ def generate_from_ids(
     max_new_tokens: int,
     top_k: int = 5,
     seed: int | None = None,
+    encoded: prompt_forms.Encoded | None = None,
     **generate_kwargs: Any,
 ) -> tuple[GenerationTrace, Any, int]:
     """`record()` from token ids instead of text (no re-tokenization), also returning generate()'s output.
 
     `rows` are the (encoder) input ids per prompt, padded here on the tokenizer's side for the model type;
-    `decoder_rows` are decoder prefixes for encoder-decoder models (all of one length). Returns the trace (its
-    prompt_ids are `rows`), the `generate()` output (raw `logits`, processed `scores`, `sequences`) and the column
-    of `sequences` where generated tokens start. The arguments are checked as record()'s are.
+    `decoder_rows` are decoder prefixes for encoder-decoder models (all of one length). `encoded`: the rows came
+    from prompts given as token ids or conversations (`prompt_forms.encode`), which the trace keeps as record()'s
+    does. Returns the trace (its prompt_ids are `rows`), the `generate()` output (raw `logits`, processed `scores`,
+    `sequences`) and the column of `sequences` where generated tokens start. The arguments are checked as
+    record()'s are.
     """
     checks.check_tokenizer(tokenizer)
     call = _Call.checked("generate_from_ids()", model, prompts, max_new_tokens, top_k, seed, generate_kwargs)
@@ -125,7 +123,7 @@ def generate_from_ids(
 
     def tokenize(pad_id: Any, left: bool) -> _Batch:
         pad = int(pad_id if isinstance(pad_id, int) else pad_id[0])
-        return _Batch(_padded(rows, pad, left=left), [tuple(int(i) for i in r) for r in rows], decoder_rows)
+        return _Batch(_padded(rows, pad, left=left), [tuple(int(i) for i in r) for r in rows], decoder_rows, encoded)
 
     return _generate(model, tokenizer, call, tokenize)
 

@@ -31,8 +31,10 @@ from pytest_genguard.core import validation
 from pytest_genguard.core.errors import GenguardTrainingWarning
 from pytest_genguard.core.history import Checkpoint, RecorderHistory
 from pytest_genguard.core.repetition import find_repetition
+from pytest_genguard.hf import prompt_forms
 from pytest_genguard.hf._generation import decoding
 from pytest_genguard.hf.inputs import check_seeded
+from pytest_genguard.hf.prompt_forms import Form
 from pytest_genguard.hf.record import generate_from_ids, record
 from pytest_genguard.hf.run_state import (
     eval_rows,
@@ -81,6 +83,8 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
     log history (trainer_state.json) and, at evaluate/predict, to the returned metrics; `attach(trainer)` sends them
     through `trainer.log()`, so report_to integrations (TensorBoard, W&B, ...) get them too.
 
+    A probe is any prompt `record()` takes: a string, a list of token ids, or a conversation (a list of ``{"role",
+    "content"}`` messages, with `chat_template_kwargs=` if wanted), encoded as `record()` encodes it.
     The tokenizer comes from `tokenizer=`, else the Trainer's `processing_class` (transformers 5), else its
     `tokenizer` (4.x). Other keyword arguments go to `record()` / `generate()` (e.g. `do_sample=True, seed=0`).
     At most one checkpoint per optimizer step: the end of training is not recorded again when the last step was
@@ -91,7 +95,7 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
 
     def __init__(
         self,
-        prompts: str | Sequence[str] | None = None,
+        prompts: str | Sequence[Any] | None = None,
         *,
         eval_examples: int = 0,
         eval_prompt_tokens: int = 8,
@@ -105,7 +109,11 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
         **generate_kwargs: Any,
     ) -> None:
         where = "GenerationRecorder()"
-        prompt_list = [] if prompts is None else validation.prompt_list(prompts, where=where)
+        prompt_list: list[Form] = []
+        if prompts is not None:  # any prompt record() takes: text, token ids, a conversation
+            texts, forms = prompt_forms.checked(prompts, where=where)
+            prompt_list = list(texts) if forms is None else forms
+        prompt_forms.chat_kwargs(generate_kwargs.get(prompt_forms.CHAT_SETTING), prompt_list, where=where)
         eval_examples = validation.integer(eval_examples, "eval_examples", minimum=0, where=where)
         eval_prompt_tokens = validation.integer(eval_prompt_tokens, "eval_prompt_tokens", minimum=1, where=where)
         max_new_tokens = validation.integer(max_new_tokens, "max_new_tokens", minimum=1, where=where)
@@ -125,7 +133,7 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
             )
         if on_degenerate not in ON_DEGENERATE:
             raise ValueError(f"GenerationRecorder(on_degenerate={on_degenerate!r}): must be None, 'warn' or 'stop'.")
-        self.prompts: list[str] = prompt_list
+        self.prompts: list[Form] = prompt_list
         self.eval_examples = eval_examples
         self.eval_prompt_tokens = eval_prompt_tokens
         self.every_n_steps = every_n_steps
@@ -165,22 +173,40 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
             "(Trainer(processing_class=tokenizer) on transformers 5, Trainer(tokenizer=tokenizer) on 4.x)."
         )
 
+    def _encoded_probes(self, tokenizer: PreTrainedTokenizerBase) -> prompt_forms.Encoded:
+        """The probes as record() encodes them: text tokenized, ids as given, conversations with the chat template."""
+        where = "GenerationRecorder()"
+        chat = prompt_forms.chat_kwargs(self.generate_kwargs.get(prompt_forms.CHAT_SETTING), self.prompts, where=where)
+        return prompt_forms.encode(tokenizer, self.prompts, chat, where=where)
+
     def _generate(
         self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, examples: list[list[int]]
     ) -> GenerationTrace:
+        kwargs = dict(self.generate_kwargs)
         if not examples:
             return record(
-                model,
-                tokenizer,
-                self.prompts,
-                max_new_tokens=self.max_new_tokens,
-                top_k=self.top_k,
-                **self.generate_kwargs,
+                model, tokenizer, self.prompts, max_new_tokens=self.max_new_tokens, top_k=self.top_k, **kwargs
             )
-        rows = [list(tokenizer(p)["input_ids"]) for p in self.prompts] + examples
-        labels = [*self.prompts, *(tokenizer.decode(r) for r in examples)]
+        # The probes as record() encodes them (and keeps their conversations), then the examples: their token ids.
+        kwargs.pop(prompt_forms.CHAT_SETTING, None)
+        probes = self._encoded_probes(tokenizer)
+        n = len(examples)
+        batch = prompt_forms.Encoded(
+            texts=[*probes.texts, *(tokenizer.decode(r) for r in examples)],
+            ids=[*probes.ids, *(tuple(r) for r in examples)],
+            messages=[*probes.messages, *[None] * n],
+            from_ids=[*probes.from_ids, *[False] * n],
+            settings=probes.settings,
+        )
         trace, _, _ = generate_from_ids(
-            model, tokenizer, labels, rows, max_new_tokens=self.max_new_tokens, top_k=self.top_k, **self.generate_kwargs
+            model,
+            tokenizer,
+            batch.texts,
+            batch.ids,
+            encoded=batch,
+            max_new_tokens=self.max_new_tokens,
+            top_k=self.top_k,
+            **kwargs,
         )
         return trace
 
@@ -267,6 +293,8 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         tokenizer = self.resolve_tokenizer(kwargs)  # fail before the first step, not after minutes of training
+        if prompt_forms.has_conversation(self.prompts):  # a tokenizer without a chat template: said now, too
+            self._encoded_probes(tokenizer)
         model = kwargs.get("model")
         if model is not None:  # sampling from the call or the model's generation config
             sampling = decoding(model, tokenizer, {k: v for k, v in self.generate_kwargs.items() if k != "seed"})[1]

@@ -4,8 +4,9 @@ by a fidelity budget instead of the float rule (`pytest_genguard.core.budget`).
 The stored snapshot is the reference (the model as it was tested), what the test gives is the candidate. For
 ``assert trace == genguard_snapshot`` both are traces: the KLD is the lower bound from the recorded top-k. For
 ``genguard_snapshot.verify(model, tokenizer)`` the candidate model is in process and teacher forced along the stored
-paths (`pytest_genguard.hf.fidelity`): its full distribution is known, so the bound is tighter. Changed prompts or
-settings still make the snapshot stale; a changed model fingerprint or dtype does not (it is the point).
+paths (`pytest_genguard.hf.fidelity`): its full distribution is known, so the bound is tighter. Changed prompts,
+settings, tokenizer or chat template still make the snapshot stale (`compare()` with `Fingerprints.TOKENIZER`: a
+budget compares distributions over the same tokens); a changed model fingerprint or dtype does not (it is the point).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_genguard.core.budget import Budget, FidelityReport, budget_of, traces_report
-from pytest_genguard.core.compare import compare
+from pytest_genguard.core.compare import Fingerprints, compare
 from pytest_genguard.core.comparison import render
 from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
 from pytest_genguard.core.errors import TraceFormatError
@@ -85,18 +86,10 @@ class Judged:
             raise TypeError(f"@pytest.mark.genguard(fidelity=...): {source} holds a recorder history; it judges traces")
         candidate = self.candidate()
         cmp = None
-        if isinstance(candidate, GenerationTrace):  # changed prompts or settings: stale, whatever the model
-            cmp = compare(reference, candidate, check_fingerprints=False, allow_dtype_change=True)
+        if isinstance(candidate, GenerationTrace):  # changed prompts, settings or tokenizer: stale, whatever the model
+            cmp = compare(reference, candidate, check_fingerprints=Fingerprints.TOKENIZER, allow_dtype_change=True)
             if cmp.verdict is Verdict.STALE:
                 return Outcome(cmp.verdict, render(cmp, fix=self.rerecord.command(cmp.verdict)), cmp)
-            old, new = reference.tokenizer, candidate.tokenizer
-            if old is not None and new is not None and old != new:  # other token ids: nothing to compare
-                detail = (
-                    f"stale: the tokenizer changed ({old.name} {old.hash[:12]} -> {new.name} {new.hash[:12]}); a "
-                    f"fidelity budget compares distributions over the same tokens. If intended, re-record with: "
-                    f"{self.rerecord.command(Verdict.STALE)}"
-                )
-                return Outcome(Verdict.STALE, detail, cmp)
         self.report = self.judge(reference)
         verdict = Verdict.WITHIN_TOLERANCE if self.report.holds else Verdict.REGRESSION
         lines = [str(self.report)]

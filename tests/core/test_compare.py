@@ -13,7 +13,7 @@ import pytest
 import trace_builder
 from hypothesis import given, settings, strategies as st
 
-from pytest_genguard.core.compare import compare
+from pytest_genguard.core.compare import Fingerprints, compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.jsontext import float32
 from pytest_genguard.core.tolerances import BFLOAT16, EXACT, FLOAT16, FLOAT32, LSE_ULPS, Tolerances, tolerances_for
@@ -286,6 +286,54 @@ def test_a_changed_tokenizer_makes_the_trace_stale() -> None:
     cmp = compare(trace(BASE), trace(BASE, tokenizer=new_tok))
     assert cmp.verdict is Verdict.STALE
     assert cmp.stale_reasons == ("tokenizer changed: tiny abcdef012345 -> tiny 0123456789ab",)
+
+
+OTHER_WEIGHTS = dataclasses.replace(MODEL, weights_hash="f" * 64)
+GROWN = dataclasses.replace(TOKENIZER, hash="0123456789ab" + "4" * 52, vocab_size=514)
+TEMPLATED = dataclasses.replace(
+    TOKENIZER, chat_template="{{ bos }}\n{% for m in messages %}{{ m.content }}{% endfor %}"
+)
+
+
+def test_fingerprints_tokenizer_holds_traces_to_the_tokenizer_and_chat_template_not_the_model() -> None:
+    """What a fidelity budget needs: a quantized copy's weights differ on purpose, its tokens must not."""
+    tokenizer_only = Fingerprints.TOKENIZER
+    assert compare(trace(BASE), trace(BASE, model=OTHER_WEIGHTS), check_fingerprints=tokenizer_only).stale_reasons == ()
+    assert compare(trace(BASE), trace(BASE, model=OTHER_WEIGHTS)).verdict is Verdict.STALE  # control: the default
+    counted = {"vocab": 512, "vocab_hash": "1a2b3c", "merges": 300, "merges_hash": "4d5e6f"}
+    old = dataclasses.replace(TOKENIZER, parts=counted)
+    new = dataclasses.replace(GROWN, parts={**counted, "vocab": 514, "vocab_hash": "7a8b9c"})
+    cmp = compare(
+        trace(BASE, tokenizer=old), trace(BASE, model=OTHER_WEIGHTS, tokenizer=new), check_fingerprints=tokenizer_only
+    )
+    assert cmp.verdict is Verdict.STALE
+    assert cmp.stale_reasons == ("tokenizer changed: vocabulary size 512 -> 514, vocabulary 512 -> 514",)
+    edited = dataclasses.replace(TEMPLATED, chat_template=TEMPLATED.chat_template.replace("content", "text"))
+    (reason,) = compare(
+        trace(BASE, tokenizer=TEMPLATED), trace(BASE, tokenizer=edited), check_fingerprints=tokenizer_only
+    ).stale_reasons
+    assert reason.startswith("chat template changed: line 2 at character ")
+    assert "m.text" in reason
+    assert compare(trace(BASE, tokenizer=TEMPLATED), trace(BASE, tokenizer=edited), check_fingerprints=False)  # NONE
+
+
+def test_check_fingerprints_true_and_false_are_all_and_none() -> None:
+    pairs = [(trace(BASE), trace(BASE, model=OTHER_WEIGHTS)), (trace(BASE), trace(BASE, tokenizer=GROWN))]
+    for expected, actual in pairs:
+        assert compare(expected, actual, check_fingerprints=True) == compare(
+            expected, actual, check_fingerprints=Fingerprints.ALL
+        )
+        assert compare(expected, actual, check_fingerprints=False) == compare(
+            expected, actual, check_fingerprints=Fingerprints.NONE
+        )
+    assert compare(*pairs[1], check_fingerprints=Fingerprints.NONE).stale_reasons == ()
+
+
+def test_a_check_fingerprints_of_another_type_is_refused_naming_the_argument() -> None:
+    with pytest.raises(
+        TypeError, match=r"check_fingerprints must be True, False or a Fingerprints member.*'tokenizer'"
+    ):
+        compare(trace(BASE), trace(BASE), check_fingerprints="tokenizer")  # type: ignore[arg-type]
 
 
 def test_changed_decoding_settings_make_the_trace_stale() -> None:

@@ -278,7 +278,7 @@ def test_a_later_log_gives_the_checkpoint_of_its_step_that_steps_loss(hook_args:
     ("kwargs", "message"),
     [
         ({"prompts": []}, r"GenerationRecorder\(\): prompts is empty"),
-        ({"prompts": ["a", 7]}, r"GenerationRecorder\(\): prompt 1 is int 7, not a string"),
+        ({"prompts": ["a", 7]}, r"GenerationRecorder\(\): prompt 1 is int 7; a prompt is a string, a list of token"),
         (
             {"prompts": ["a"], "every_n_steps": 0},
             r"GenerationRecorder\(\): every_n_steps must be an integer >= 1, got 0",

@@ -83,7 +83,34 @@ def test_changed_settings_are_still_stale_under_a_budget(recorded: pytest.Pytest
     set_variants(recorded, test_path={**QUANTIZED, "tokenizer": "u"})
     result = run(recorded)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*stale: the tokenizer changed (tiny tttttttttttt -> tiny uuuuuuuuuuuu)*"])
+    result.stdout.fnmatch_lines(["*stale*tokenizer changed: tiny tttttttttttt -> tiny uuuuuuuuuuuu*"])
+
+
+PARTS = {"vocab": 768, "vocab_hash": "1a2b3c", "added_tokens": 4, "added_tokens_hash": "4d5e6f"}
+TEMPLATE = "{% for m in messages %}\n{{ m.content }}\n{% endfor %}"
+TOKENIZER = {"parts": PARTS, "chat_template": TEMPLATE}
+
+
+def test_a_changed_tokenizer_or_chat_template_is_stale_under_a_budget_named_part_by_part(
+    pytester: pytest.Pytester,
+) -> None:
+    """The marker holds the copy to the recorded tokenizer through compare() (`Fingerprints.TOKENIZER`), so the
+    reason is compare's: what changed, not two hashes."""
+    setup(pytester, PLAIN, test_path=TOKENIZER)
+    run(pytester, "--snapshot-update").assert_outcomes(passed=1)
+    mark(pytester, '"int8"')
+    set_variants(pytester, test_path={**TOKENIZER, **QUANTIZED})  # other weights, same tokens: judged, not stale
+    run(pytester).assert_outcomes(passed=1)
+    grown = {"tokenizer": "u", "vocab_size": 770, "parts": {**PARTS, "added_tokens": 6, "added_tokens_hash": "7a8b"}}
+    set_variants(pytester, test_path={**TOKENIZER, **QUANTIZED, **grown})  # the values are within the budget
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*stale*tokenizer changed: vocabulary size 768 -> 770, added tokens 4 -> 6*"])
+    edited = TEMPLATE.replace("content", "text")
+    set_variants(pytester, test_path={**TOKENIZER, **QUANTIZED, "chat_template": edited})
+    result = run(pytester)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*stale*chat template changed: line 2 *m.text*"])
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,9 @@
 test switches between runs by rewriting ``variants.json`` (test name -> variant).
 
 A variant can: add `drift` to step 0's logprob; `flip` step 1 to the near-tie runner-up ("tie") or step 2 to a
-far-behind token ("genuine"); change the `weights`/`tokenizer` fingerprint or `max_new_tokens` (stale); put NaN in
-step 1 or -inf in step 2's score (`nonfinite`: "nan" or "-inf"); set the `finish` reason (default "length").
+far-behind token ("genuine"); change the `weights`/`tokenizer` fingerprint (and the tokenizer's `vocab_size`,
+`chat_template`, `parts`) or `max_new_tokens` (stale); put NaN in step 1 or -inf in step 2's score (`nonfinite`:
+"nan" or "-inf"); set the `finish` reason (default "length").
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def make_trace(name):
         prompts=(PromptTrace("hello", (1, 2), tuple(steps), v.get("finish", "length"), "the cat sat"),),
         settings={"max_new_tokens": v.get("max_new_tokens", 3), "mode": "greedy", "record_top_k": 3},
         model=ModelFingerprint("gpt2", "c" * 64, v.get("weights", "a") * 64, 1000, v.get("dtype", "float32")),
-        tokenizer=TokenizerFingerprint("tiny", 768, v.get("tokenizer", "t") * 64),
+        tokenizer=TokenizerFingerprint(
+            "tiny", v.get("vocab_size", 768), v.get("tokenizer", "t") * 64, v.get("chat_template"), v.get("parts")
+        ),
         environment={**ENVIRONMENT, "dtype": v.get("dtype", "float32"), **v.get("environment", {})},
     )
 '''
