@@ -245,11 +245,13 @@ class Float64LogSoftmax:
         maxima = top_logits[..., 0].reshape(n, 1).double()
         maxima.masked_fill_(maxima.abs() == math.inf, 0.0)  # as torch.logsumexp: an infinite max is not subtracted
         lse = torch.empty(n, dtype=torch.float64, device=logits.device)
-        # At least two rows a block: torch splits a lone row's sum across threads (another summation order), while
-        # it sums several rows one per thread, as torch.logsumexp over the whole tensor does.
-        step = max(2, _LSE_BLOCK_ELEMENTS // max(1, vocab))
+        # With several threads, at least two rows a block: torch splits a lone row's sum across threads (another
+        # summation order), while it sums several rows one per thread, as torch.logsumexp over the whole tensor does.
+        # With one thread a row is summed alone either way, and a 152k-token row's float64 copy stays in the cache.
+        least = 1 if torch.get_num_threads() == 1 else 2
+        step = max(least, _LSE_BLOCK_ELEMENTS // max(1, vocab))
         starts = list(range(0, n, step))
-        if len(starts) > 1 and n - starts[-1] == 1:
+        if least > 1 and len(starts) > 1 and n - starts[-1] == 1:
             starts.pop()  # the last row joins the block before it
         for first, stop in zip(starts, [*starts[1:], n], strict=True):
             top = maxima[first:stop]
