@@ -244,7 +244,7 @@ class Float64LogSoftmax:
         n = rows.shape[0]
         maxima = top_logits[..., 0].reshape(n, 1).double()
         maxima.masked_fill_(maxima.abs() == math.inf, 0.0)  # as torch.logsumexp: an infinite max is not subtracted
-        lse = torch.empty(n, dtype=torch.float64, device=logits.device)
+        sums = torch.empty(n, dtype=torch.float64, device=logits.device)
         # With several threads, at least two rows a block: torch splits a lone row's sum across threads (another
         # summation order), while it sums several rows one per thread, as torch.logsumexp over the whole tensor does.
         # With one thread a row is summed alone either way, and a 152k-token row's float64 copy stays in the cache.
@@ -254,9 +254,9 @@ class Float64LogSoftmax:
         if least > 1 and len(starts) > 1 and n - starts[-1] == 1:
             starts.pop()  # the last row joins the block before it
         for first, stop in zip(starts, [*starts[1:], n], strict=True):
-            top = maxima[first:stop]
-            total = rows[first:stop].double().sub_(top).exp_().sum(dim=-1)
-            lse[first:stop] = total.log_().add_(top.squeeze(-1))
+            shifted = rows[first:stop].double().sub_(maxima[first:stop]).exp_()
+            torch.sum(shifted, dim=-1, out=sums[first:stop])
+        lse = sums.log_().add_(maxima.squeeze(-1))  # elementwise: the same bits as block by block
         return cls(logits, lse.reshape(logits.shape[:-1]), top_logits, top_ids)
 
     def at(self, index: torch.Tensor) -> torch.Tensor:
