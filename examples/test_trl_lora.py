@@ -82,7 +82,6 @@ def test_sft_with_a_lora_adapter_and_the_recorder(tmp_path, genguard_finetune, g
     assert final.model is not None and final.model.adapters is not None
     assert final.model.adapters["active"] == "default" and final.model.adapters["default.r"] == 8
     assert_no_repetition(final)
-    assert history == genguard_snapshot
 
     tuned = trainer.model
     adapted = record(tuned, tokenizer, probes, max_new_tokens=12)
@@ -99,3 +98,7 @@ def test_sft_with_a_lora_adapter_and_the_recorder(tmp_path, genguard_finetune, g
     assert "adapter 'default' enabled again" in against_base.render()
     # What the adapter did, by values alone (the fingerprints set aside): its answers leave the base model's path.
     assert compare(base, adapted, check_fingerprints=False).verdict is Verdict.REGRESSION
+
+    # Last: the history depends on the TRL release (recorded on trl 1.16; 0.24-1.14 train otherwise), so CI's
+    # lowest-versions leg expects this one assertion to fail as a regression after every check above has held.
+    assert history == genguard_snapshot
