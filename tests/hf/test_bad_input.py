@@ -327,9 +327,16 @@ def test_every_entry_point_checks_prompts_with_one_validator_naming_itself(
     model = models["gpt2"]
     calls: dict[str, Any] = {
         "assert_deterministic": lambda: pytest_genguard.assert_deterministic(model, tokenizer, [7], max_new_tokens=2),
-        "GenerationRecorder()": lambda: pytest_genguard.GenerationRecorder([7]),
         "generate_from_ids()": lambda: generate_from_ids(model, tokenizer, [7], [[1]], max_new_tokens=2),
     }
     for where, call in calls.items():
         with pytest.raises(ValueError, match=rf"^{re.escape(where)}: prompt 0 is int 7, not a string"):
+            call()
+    # record() and the recorder's probes take every prompt form (`[7]` is one prompt of token ids): one validator.
+    forms: dict[str, Any] = {
+        "record()": lambda: pytest_genguard.record(model, tokenizer, ["a", 7], max_new_tokens=2),
+        "GenerationRecorder()": lambda: pytest_genguard.GenerationRecorder(["a", 7]),
+    }
+    for where, call in forms.items():
+        with pytest.raises(ValueError, match=rf"^{re.escape(where)}: prompt 1 is int 7; a prompt is a string, a list"):
             call()
