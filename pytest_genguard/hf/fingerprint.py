@@ -348,7 +348,7 @@ def _digest(text: str, specials: dict[str, str]) -> str:
 
 
 # Each tokenizer's fingerprint with the cheap state it was computed for (`_tokenizer_state`): serializing a 150k-token
-# vocabulary and its merges cost 20-25 ms on every record() call, once the canonical text was memoized.
+# vocabulary and its merges costs 130-250 ms, which record() would otherwise pay on every call.
 _TOKENIZERS: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], TokenizerFingerprint]] = weakref.WeakKeyDictionary()
 
 
@@ -367,9 +367,9 @@ def _tokenizer_state(tokenizer: PreTrainedTokenizerBase) -> tuple[Any, ...] | No
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> TokenizerFingerprint:
-    """Fingerprint of the tokenizer: its vocabulary, merges, added tokens and specials (its full serialized form
-    where it has one, else its vocabulary), and its chat template. Computed once per tokenizer state (see
-    `_tokenizer_state`); the chat template is read on every call."""
+    """Fingerprint of the tokenizer: its vocabulary, merges, added tokens and specials (the `tokenizers` backend's
+    own serialization of its model where it has one, `HASH_VERSION`; else its vocabulary), and its chat template.
+    Computed once per tokenizer state (see `_tokenizer_state`); the chat template is read on every call."""
     state = _tokenizer_state(tokenizer)
     try:
         cached = _TOKENIZERS.get(tokenizer) if state is not None else None
