@@ -30,6 +30,7 @@ __all__ = [
     "history_of",
     "invalid_outcome",
     "parse_document",
+    "stored_trace",
     "training_tolerances",
 ]
 
@@ -158,6 +159,19 @@ def invalid_outcome(error: TraceFormatError, rerecord: Rerecord) -> Outcome:
         f"{error}\nThis test fails until the file is fixed (it was left unchanged); to re-record only this snapshot: "
         f"{rerecord.command(Status.INVALID)}",
     )
+
+
+def stored_trace(stored: str, source: str, rerecord: Rerecord, *, where: str, does: str) -> GenerationTrace | Outcome:
+    """A stored snapshot a check needs as a trace: the trace, or the failing outcome of a file that cannot be read
+    (`invalid_outcome`). A recorder history there is the caller's mistake: a TypeError naming `where` and what it
+    `does` with traces."""
+    try:
+        document = parse_document(stored, source)
+    except TraceFormatError as exc:
+        return invalid_outcome(exc, rerecord)
+    if not isinstance(document, GenerationTrace):
+        raise TypeError(f"{where}: {source} holds a recorder history; {does}")
+    return document
 
 
 def training_tolerances(overrides: Overrides, *, same_env: bool = False) -> Tolerances:

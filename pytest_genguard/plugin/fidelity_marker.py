@@ -19,8 +19,7 @@ import pytest
 from pytest_genguard.core.budget import Budget, FidelityReport, budget_of, traces_report
 from pytest_genguard.core.compare import Fingerprints, compare
 from pytest_genguard.core.comparison import render
-from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
-from pytest_genguard.core.errors import TraceFormatError
+from pytest_genguard.core.documents import Outcome, stored_trace
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Verdict
 from pytest_genguard.plugin.snapshot import FIDELITY
@@ -78,12 +77,11 @@ class Judged:
         return self.inner.counted()
 
     def compare(self, stored: str, source: str) -> Outcome:
-        try:
-            reference = parse_document(stored, source)
-        except TraceFormatError as exc:
-            return invalid_outcome(exc, self.rerecord)
-        if not isinstance(reference, GenerationTrace):
-            raise TypeError(f"@pytest.mark.genguard(fidelity=...): {source} holds a recorder history; it judges traces")
+        reference = stored_trace(
+            stored, source, self.rerecord, where="@pytest.mark.genguard(fidelity=...)", does="it judges traces"
+        )
+        if isinstance(reference, Outcome):
+            return reference
         candidate = self.candidate()
         cmp = None
         if isinstance(candidate, GenerationTrace):  # changed prompts, settings or tokenizer: stale, whatever the model

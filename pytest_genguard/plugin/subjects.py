@@ -14,8 +14,7 @@ from pytest_genguard.core import events, validation
 from pytest_genguard.core.bisect_hint import with_bisect_hint
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
-from pytest_genguard.core.documents import Outcome, invalid_outcome, parse_document
-from pytest_genguard.core.errors import TraceFormatError
+from pytest_genguard.core.documents import Outcome, stored_trace
 from pytest_genguard.core.review import accepted_changes
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace
@@ -158,12 +157,11 @@ class Verified:
         return self.stored if self.stored is not None else GenerationTrace(prompts=())
 
     def compare(self, stored: str, source: str) -> Outcome:
-        try:
-            expected = parse_document(stored, source)
-        except TraceFormatError as exc:
-            return invalid_outcome(exc, self.rerecord)
-        if not isinstance(expected, GenerationTrace):
-            raise TypeError(f"genguard_snapshot.verify(): {source} holds a recorder history; verify() checks traces")
+        expected = stored_trace(
+            stored, source, self.rerecord, where="genguard_snapshot.verify()", does="verify() checks traces"
+        )
+        if isinstance(expected, Outcome):
+            return expected
         self.stored = expected
         processors = self.recording.generate_kwargs.get("logits_processor") or ()  # the ones record() was given
         with events.muted():  # the snapshot event below is this check's only event

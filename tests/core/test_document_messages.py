@@ -9,8 +9,11 @@ import pytest
 import trace_builder
 
 from pytest_genguard import cli
-from pytest_genguard.core.documents import parse_document
+from pytest_genguard.core.documents import Outcome, parse_document, stored_trace
 from pytest_genguard.core.errors import TraceFormatError
+from pytest_genguard.core.history import Checkpoint, RecorderHistory
+from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.core.verdict import Rerecord, Status
 
 
 def _trace(token: int) -> str:
@@ -59,3 +62,15 @@ def test_show_of_a_conflicted_snapshot_names_the_merge_conflict(
     path.write_text(_conflicted())
     assert cli.main(["show", str(path)]) == 2
     assert "unresolved git merge conflict" in capsys.readouterr().err
+
+
+def test_a_check_that_needs_a_trace_gets_it_or_the_invalid_outcome_and_refuses_a_history() -> None:
+    """`stored_trace`: what verify() and the fidelity marker read a stored snapshot with."""
+    text = _trace(3)
+    got = stored_trace(text, "snap.genguard", Rerecord(), where="verify()", does="it checks traces")
+    assert isinstance(got, GenerationTrace) and got.to_json() == text
+    broken = stored_trace(_conflicted(), "snap.genguard", Rerecord(), where="verify()", does="it checks traces")
+    assert isinstance(broken, Outcome) and broken.verdict is Status.INVALID and "merge conflict" in broken.detail
+    history = RecorderHistory([Checkpoint(1, None, None, "step", GenerationTrace.from_json(text))]).to_json()
+    with pytest.raises(TypeError, match=r"^verify\(\): snap.genguard holds a recorder history; it checks traces$"):
+        stored_trace(history, "snap.genguard", Rerecord(), where="verify()", does="it checks traces")
