@@ -62,6 +62,16 @@ def _steps(workflow: dict[Any, Any]) -> list[dict[str, Any]]:
     return [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
 
 
+def _scripts(job: dict[str, Any]) -> str:
+    """A job's `run:` scripts, as one text."""
+    return "\n".join(step["run"] for step in job["steps"] if "run" in step)
+
+
+def _triggers(workflow: dict[Any, Any]) -> dict[str, Any]:
+    trigger: dict[str, Any] = workflow["on"] if "on" in workflow else workflow[True]  # YAML 1.1 reads `on` as True
+    return trigger
+
+
 def _dockerfile_instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) pairs, with comments dropped and continuations joined."""
     logical: list[str] = []
@@ -148,7 +158,7 @@ def test_cpu_ci_lints_types_and_tests_every_supported_python_on_cpu_torch() -> N
     data = _load(CI)
     (job,) = data["jobs"].values()
     assert job["strategy"]["matrix"]["python-version"] == ["3.11", "3.12", "3.13"]
-    scripts = "\n".join(step["run"] for step in job["steps"] if "run" in step)
+    scripts = _scripts(job)
     for command in (
         "--index-url https://download.pytorch.org/whl/cpu",
         'pip install -e ".[test]"',
@@ -163,12 +173,12 @@ def test_cpu_ci_lints_types_and_tests_every_supported_python_on_cpu_torch() -> N
 
 def test_upstream_job_runs_the_suite_weekly_on_transformers_pre_releases_and_main_and_torch_nightly() -> None:
     data = _load(UPSTREAM)
-    triggers = data["on"] if "on" in data else data[True]  # YAML 1.1 reads a bare `on` as True
+    triggers = _triggers(data)
     assert set(triggers) == {"schedule", "workflow_dispatch"} and triggers["schedule"][0]["cron"]
     (job,) = data["jobs"].values()
     combos = {(c["transformers"], c["torch"]) for c in job["strategy"]["matrix"]["include"]}
     assert combos == {("pre-release", "release"), ("main", "release"), ("release", "nightly")}
-    scripts = "\n".join(step["run"] for step in job["steps"] if "run" in step)
+    scripts = _scripts(job)
     for command in (
         "--pre torch --index-url https://download.pytorch.org/whl/nightly/cpu",
         "pip install --upgrade --pre transformers",
@@ -182,11 +192,11 @@ def test_upstream_job_runs_the_suite_weekly_on_transformers_pre_releases_and_mai
 
 def test_gpu_gate_runs_the_cuda_image_on_a_gpu_runner_and_always_uploads_the_report() -> None:
     data = _load(GPU)
-    triggers = data["on"] if "on" in data else data[True]  # YAML 1.1 reads a bare `on` as True
+    triggers = _triggers(data)
     assert {"push", "pull_request", "workflow_dispatch"} <= set(triggers)
     (job,) = data["jobs"].values()
     assert job["runs-on"] == ["self-hosted", "linux", "gpu"]
-    scripts = "\n".join(step["run"] for step in job["steps"] if "run" in step)
+    scripts = _scripts(job)
     assert "--file Dockerfile.cuda" in scripts
     assert "docker run --gpus all" in scripts
     (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
