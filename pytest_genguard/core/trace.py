@@ -17,7 +17,8 @@ JSON form (schema 1), chosen for review in a git diff:
   before, and readers that do not know it ignore it;
 - optional, written only when set (so other traces read byte for byte as before): a prompt's ``"messages"`` (the
   conversation, one message a line) and ``"from_ids": true``; the tokenizer's ``"chat_template"``; the model's
-  ``"adapters"`` block (PEFT adapters: see `pytest_genguard.core.adapters`).
+  ``"adapters"`` block (PEFT adapters: see `pytest_genguard.core.adapters`); ``"calibration"`` after the
+  environment (what reference conversions of the model cost: `pytest_genguard.hf.calibration`).
 """
 
 from __future__ import annotations
@@ -185,6 +186,9 @@ class GenerationTrace:
     schema: int = SCHEMA_VERSION
     token_texts: Mapping[int, str] = field(default_factory=dict, compare=False)
     """Token strings of top-k ids that no step chose (the chosen ones are in the steps); for display only."""
+    calibration: Mapping[str, JSONScalar] = field(default_factory=dict, compare=False)
+    """What genguard's reference conversions of the recording model cost along these paths
+    (``"int8.kld_mean"``: `pytest_genguard.hf.calibration`), the scale of the fidelity presets; never compared."""
 
     def token_text(self, token_id: int) -> str | None:
         """The token string of `token_id` as far as this trace knows it (a chosen token or a stored alternative)."""
@@ -273,6 +277,7 @@ def dumps(trace: GenerationTrace) -> str:
     tokenizer = _tokenizer(trace.tokenizer) if trace.tokenizer else "null"
     prompts = "[\n" + ",\n".join(_prompt(p) for p in trace.prompts) + "\n  ]" if trace.prompts else "[]"
     texts = f',\n  "token_texts": {_texts(trace.token_texts)}' if trace.token_texts else ""
+    calibration = f'  "calibration": {mapping_text(trace.calibration, "  ")},\n' if trace.calibration else ""
     return (
         "{\n"
         f'  "schema": {SCHEMA_VERSION},\n'
@@ -280,6 +285,7 @@ def dumps(trace: GenerationTrace) -> str:
         f'  "model": {model},\n'
         f'  "tokenizer": {tokenizer},\n'
         f'  "environment": {mapping_text(trace.environment, "  ")},\n'
+        f"{calibration}"
         f'  "prompts": {prompts}{texts}\n'
         "}\n"
     )
@@ -492,6 +498,7 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
         tokenizer=tokenizer,
         environment=r.scalars(obj.get("environment", {}), "environment"),
         token_texts=_read_texts(r, obj.get("token_texts", {})),
+        calibration=r.scalars(obj.get("calibration", {}), "calibration"),
     )
 
 
