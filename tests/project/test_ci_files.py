@@ -24,8 +24,12 @@ GPU = WORKFLOWS / "gpu.yml"
 UPSTREAM = WORKFLOWS / "upstream.yml"
 DOCKERFILE = ROOT / "Dockerfile.cuda"
 DOCKERIGNORE = ROOT / ".dockerignore"
+CI_RUN = ROOT / ".ci" / "run"
 
 FULL_SHA = re.compile(r"^[^@\s]+@[0-9a-f]{40}$")
+PIPEFAIL = re.compile(r"^\s*set\s+-[a-z]*o\s+pipefail\b", re.M)
+# A pipe into a reader that can stop before the writer is done: grep -q/-m exits at its first match, head after N lines.
+EARLY_READER = re.compile(r"(?<!\|)\|(?!\|)\s*(grep\s+(-[a-zA-Z]*[qm]|--quiet|--silent|--max-count)|head\b)")
 TIMEOUT_S = 120
 
 
@@ -230,3 +234,56 @@ def test_cuda_dockerfile_runs_the_gpu_suite_as_a_non_root_user_with_deterministi
 def test_docker_build_context_leaves_out_local_state() -> None:
     ignored = set(DOCKERIGNORE.read_text(encoding="utf-8").split())
     assert {".git", ".venv", "artifacts"} <= ignored
+
+
+def early_exit_pipes(script: str) -> list[str]:
+    """The lines of a bash `script` under `set -o pipefail` that pipe into a reader that may exit early: the writer then
+    dies of a broken pipe now and then, and the pipeline fails at random (.ci/run skipped kernel-set legs so)."""
+    if not PIPEFAIL.search(script):
+        return []
+    lines = (line.strip() for line in script.splitlines())
+    return [line for line in lines if not line.startswith("#") and EARLY_READER.search(line)]
+
+
+def _ci_function(name: str) -> str:
+    """The text of a bash function of .ci/run (from `name() {` to its closing brace at the line start)."""
+    found = re.search(rf"^{name}\(\) \{{.*?^\}}$", CI_RUN.read_text(encoding="utf-8"), re.M | re.S)
+    assert found, f".ci/run defines no {name}()"
+    return found.group(0)
+
+
+def test_ci_run_pipes_into_no_reader_that_exits_early() -> None:
+    found = early_exit_pipes(CI_RUN.read_text(encoding="utf-8"))
+    assert not found, f".ci/run runs under pipefail: capture the output first, then test it: {found}"
+
+
+def test_the_early_exit_check_finds_the_kernel_set_pipe_that_skipped_legs() -> None:
+    # Negative control: the line that skipped legs at random, in a script under pipefail, is found; without pipefail a
+    # pipeline's status is its last command's, and the same line is harmless.
+    bad = '  if ! "$PY" tests/support/kernel_sets.py | grep -qx "$kernels"; then'
+    assert early_exit_pipes(f"set -euo pipefail\n{bad}\n") == [bad.strip()]
+    assert early_exit_pipes(f"set -eu\n{bad}\n") == []
+    assert early_exit_pipes('set -euo pipefail\ngrep -q x <<<"$out" || grep -qx y <<<"$out"\n# | grep -q\n') == []
+
+
+@pytest.mark.parametrize(
+    ("tests", "passed"),
+    [("def test_a(): pass\ndef test_b(): pass\n", 2), ("import pytest\n@pytest.mark.skip\ndef test_a(): pass\n", 0)],
+    ids=["two-pass", "all-skipped"],
+)
+def test_a_kernel_set_leg_counts_the_tests_pytest_says_passed(tmp_path: Path, tests: str, passed: int) -> None:
+    # The kernel-set legs fail when no test passed: .ci/run's passed_in() reads the count from pytest's real summary.
+    (tmp_path / "test_leg.py").write_text(tests, encoding="utf-8")
+    log = tmp_path / "log"
+    pytest_run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_leg.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    log.write_text(pytest_run.stdout, encoding="utf-8")
+    counted = _run("bash", "-c", f'{_ci_function("passed_in")}\npassed_in "$1"', "bash", str(log))
+    assert counted.returncode == 0, counted.stderr
+    assert counted.stdout.strip() == str(passed), pytest_run.stdout
