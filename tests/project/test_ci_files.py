@@ -1,4 +1,4 @@
-"""The CI workflows and the CUDA Dockerfile are checked like code.
+"""The CI workflows, the composite action (action.yml), .ci/run and the CUDA Dockerfile are checked like code.
 
 Each linter runs on the committed files (check-jsonschema, zizmor, hadolint, all in the ``test``
 extra); the rules they do not know about (SHA pins, no expressions in shell scripts, the gate's
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from readme_blocks import section as readme_section
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -25,6 +26,7 @@ UPSTREAM = WORKFLOWS / "upstream.yml"
 DOCKERFILE = ROOT / "Dockerfile.cuda"
 DOCKERIGNORE = ROOT / ".dockerignore"
 CI_RUN = ROOT / ".ci" / "run"
+ACTION = ROOT / "action.yml"
 
 FULL_SHA = re.compile(r"^[^@\s]+@[0-9a-f]{40}$")
 PIPEFAIL = re.compile(r"^\s*set\s+-[a-z]*o\s+pipefail\b", re.M)
@@ -109,16 +111,21 @@ def test_workflow_matches_the_github_workflow_schema(workflow: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_zizmor_finds_no_high_severity_issue_in_the_workflows() -> None:
-    result = _run(_tool("zizmor"), "--offline", "--no-progress", "--format", "json", str(WORKFLOWS))
+def _zizmor_high(*paths: Path) -> list[str]:
+    """zizmor's high-severity findings in the workflows or actions at `paths`."""
+    result = _run(_tool("zizmor"), "--offline", "--no-progress", "--format", "json", *map(str, paths))
     # zizmor exits non-zero whenever it has findings; 1 and 2 are its own failures (bad input).
     assert result.returncode not in (1, 2), result.stderr
     findings = json.loads(result.stdout)
-    high = [
+    return [
         f"{finding['ident']}: {finding['desc']}"
         for finding in findings
         if finding["determinations"]["severity"] == "High"
     ]
+
+
+def test_zizmor_finds_no_high_severity_issue_in_the_workflows_and_the_action() -> None:
+    high = _zizmor_high(WORKFLOWS, ACTION)
     assert not high, "zizmor high-severity findings:\n" + "\n".join(high)
 
 
@@ -287,3 +294,70 @@ def test_a_kernel_set_leg_counts_the_tests_pytest_says_passed(tmp_path: Path, te
     counted = _run("bash", "-c", f'{_ci_function("passed_in")}\npassed_in "$1"', "bash", str(log))
     assert counted.returncode == 0, counted.stderr
     assert counted.stdout.strip() == str(passed), pytest_run.stdout
+
+
+def _action_steps() -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = _load(ACTION)["runs"]["steps"]
+    return steps
+
+
+def test_the_action_matches_the_github_action_schema(tmp_path: Path) -> None:
+    result = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(ACTION))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Negative control: a composite action's run step without its `shell:` is refused.
+    broken = tmp_path / "action.yml"
+    broken.write_text(ACTION.read_text(encoding="utf-8").replace("      shell: bash\n", "", 1), encoding="utf-8")
+    refused = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(broken))
+    assert refused.returncode != 0
+
+
+def test_zizmor_reads_the_action_an_expression_in_its_script_is_a_finding(tmp_path: Path) -> None:
+    # Negative control of the zizmor test above: it audits the action, and an input pasted into a script is found.
+    text = ACTION.read_text(encoding="utf-8")
+    injected = text.replace('python -m pytest "$TEST_PATH"', "python -m pytest ${{ inputs.test-path }}")
+    assert injected != text
+    (tmp_path / "action.yml").write_text(injected, encoding="utf-8")
+    assert any(finding.startswith("template-injection") for finding in _zizmor_high(tmp_path / "action.yml"))
+
+
+def test_every_step_of_the_action_is_pinned_and_takes_its_values_through_env() -> None:
+    steps = _action_steps()
+    uses = [step["uses"] for step in steps if "uses" in step]
+    assert uses, "action.yml uses no actions at all"
+    unpinned = [ref for ref in uses if not FULL_SHA.match(ref)]
+    assert not unpinned, f"pin these to a 40-character commit SHA in action.yml: {unpinned}"
+    expanded = [step["run"] for step in steps if "${{" in step.get("run", "")]
+    assert not expanded, f"action.yml expands expressions inside run: {expanded}"
+
+
+def test_the_action_installs_cpu_torch_then_genguard_from_its_checkout_and_uploads_the_report() -> None:
+    data = _load(ACTION)
+    assert data["runs"]["using"] == "composite"
+    assert data["inputs"]["torch-index-url"]["default"] == "https://download.pytorch.org/whl/cpu"
+    assert {"test-path", "python-version", "torch", "torch-index-url", "report-name"} <= set(data["inputs"])
+    steps = _action_steps()
+    scripts = [step.get("run", "") for step in steps]
+    torch_step = next(i for i, run in enumerate(scripts) if '--index-url "$TORCH_INDEX_URL"' in run)
+    genguard_step = next(i for i, run in enumerate(scripts) if 'pip install "$GENGUARD"' in run)
+    test_step = next(i for i, run in enumerate(scripts) if "python -m pytest" in run)
+    assert torch_step < genguard_step < test_step, "CPU torch first, then genguard, then the tests"
+    assert steps[genguard_step]["env"]["GENGUARD"] == "${{ github.action_path }}"
+    assert '"$TEST_PATH"' in scripts[test_step] and '--genguard-report "$REPORT"' in scripts[test_step]
+    assert steps[test_step]["env"]["TEST_PATH"] == "${{ inputs.test-path }}"
+    (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["with"]["path"] == steps[test_step]["env"]["REPORT"], "the report the tests write is uploaded"
+    assert upload["with"]["name"] == "${{ inputs.report-name }}"
+    assert upload["if"] == "${{ !cancelled() }}", "the report matters most when the tests failed"
+    assert steps.index(upload) > test_step
+
+
+def test_the_readme_uses_the_action_with_inputs_it_has(tmp_path: Path) -> None:
+    language, workflow = readme_section("action")
+    assert language == "yaml"
+    path = tmp_path / "generation.yml"
+    path.write_text(workflow, encoding="utf-8")
+    result = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (step,) = [s for s in _steps(_load(path)) if s.get("uses", "").split("@")[0].endswith("/pytest-genguard")]
+    unknown = set(step.get("with", {})) - set(_load(ACTION)["inputs"])
+    assert not unknown, f"README passes inputs action.yml does not have: {sorted(unknown)}"
