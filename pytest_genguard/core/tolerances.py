@@ -41,7 +41,8 @@ __all__ = [
 
 
 TOLERANCE_FIELDS = ("atol", "rtol", "tie_tol", "lse_ulps")
-"""The fields of `Tolerances` a user may set (ini options ``genguard_<field>``, the `genguard` marker, the CLI)."""
+"""The fields of `Tolerances` a user may set (ini options ``genguard_<field>``, the `genguard` marker); `genguard diff`
+sets `atol`, `rtol` and `tie_tol` only (no ``--lse-ulps``)."""
 
 
 class ToleranceArgs(TypedDict, total=False):
