@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "BisectError": "core.errors",
     "ReleaseError": "core.errors",
     "InstallError": "core.errors",
+    "ModelUnavailable": "core.errors",
     "ServerError": "core.errors",
     "ServerStale": "core.errors",
     # torch side
@@ -116,6 +117,7 @@ if TYPE_CHECKING:
         GenguardTrainingWarning as GenguardTrainingWarning,
         GenguardWarning as GenguardWarning,
         InstallError as InstallError,
+        ModelUnavailable as ModelUnavailable,
         PinError as PinError,
         ReleaseError as ReleaseError,
         ServerError as ServerError,

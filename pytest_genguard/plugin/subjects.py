@@ -20,8 +20,7 @@ from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf import prompt_forms
-from pytest_genguard.hf.decoding_settings import other_settings, requested_other_settings
-from pytest_genguard.hf.record import SETTING_KEYS
+from pytest_genguard.hf.decoding_settings import other_settings, requested_known_settings, requested_other_settings
 from pytest_genguard.hf.verify import verify
 from pytest_genguard.plugin.snapshot import GenguardSnapshotExtension
 
@@ -118,9 +117,7 @@ class Recording:
         )
         return trace
 
-    def requested(
-        self, stored: GenerationTrace, setting_keys: tuple[str, ...], model: Any, tokenizer: Any
-    ) -> GenerationTrace:
+    def requested(self, stored: GenerationTrace, model: Any, tokenizer: Any) -> GenerationTrace:
         """The stored trace with the prompts and settings this call asks for, to detect changed test arguments
         (`model`'s generation config is what record() starts from). The prompts are encoded as record() encodes
         them (texts, token ids, conversations with ``chat_template_kwargs``), so each is found by the text the trace
@@ -140,7 +137,7 @@ class Recording:
         changed = {k: stored.settings[k] for k in kept}
         changed.update(requested_other_settings(model.generation_config, kwargs))
         changed.update({"max_new_tokens": self.max_new_tokens, "record_top_k": self.top_k, "seed": self.seed})
-        changed.update({k: v for k, v in kwargs.items() if k in setting_keys and isinstance(v, (int, float, str))})
+        changed.update(requested_known_settings(model.generation_config, kwargs))
         changed.update(chat)
         return dataclasses.replace(stored, prompts=new_prompts, settings=changed)
 
@@ -187,7 +184,7 @@ class Verified:
                 **self.overrides.args(),
             )
         if self.recording.can_record and cmp.verdict is not Verdict.STALE:
-            requested = self.recording.requested(expected, SETTING_KEYS, self.model, self.tokenizer)
+            requested = self.recording.requested(expected, self.model, self.tokenizer)
             changed = compare(expected, requested, **self.overrides.args())
             if changed.verdict is Verdict.STALE:
                 cmp = dataclasses.replace(cmp, verdict=Verdict.STALE, stale_reasons=changed.stale_reasons)

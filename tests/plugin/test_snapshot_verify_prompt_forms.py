@@ -1,6 +1,6 @@
 """genguard_snapshot.verify() takes every prompt form record() takes: conversations (with chat_template_kwargs) and
 token ids, recorded under --snapshot-update and verified on the next run. It refused them before ("prompt 0 is list
-[...], not a string"), after recording them."""
+[...], not a string"), after recording them; and ``do_sample=False`` made it stale ("do_sample None -> False")."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ def test_conversation(genguard_snapshot, model, tok):
 
 
 def test_token_ids(genguard_snapshot, model, tok):
-    genguard_snapshot.verify(model, tok, [[5, 6, 7], "a"], max_new_tokens=4)
+    # do_sample=False is stored as unset, as record() stores it: passing it again is no changed argument
+    genguard_snapshot.verify(model, tok, [[5, 6, 7], "a"], max_new_tokens=4, do_sample=False)
 """
 
 
