@@ -17,6 +17,7 @@ from pytest_genguard.hf import weights_watch
 from pytest_genguard.hf.adapters import adapter_identity
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # Config keys that change without the model changing: bookkeeping, the Trainer's use_cache write, dtype (recorded on
@@ -163,13 +164,21 @@ def weights_hash(model: PreTrainedModel, *, cached: bool = True) -> str:
     state and reused (`pytest_genguard.hf.weights_watch`): while no weight changed, a call costs a walk over the state
     dict and no read of the weights. `cached=False` hashes every weight now (and refreshes the cache).
     """
+    import torch
+
     state = model.state_dict(keep_vars=True)
-    if cached:
+    # Only plain tensors can be watched: torch's quantized modules (`quantize_dynamic`) keep their weights packed and
+    # write them into the state dict as a (weight, bias) tuple unpacked anew on every call, so they are hashed anew.
+    watchable = all(isinstance(t, torch.Tensor) and not t.is_quantized for t in state.values())
+    if cached and watchable:
         digest = weights_watch.lookup(model, state)
         if digest is not None:
             return digest
     digest = state_dict_sha256(state)
-    weights_watch.remember(model, state, digest)
+    if watchable:
+        weights_watch.remember(model, state, digest)
+    else:
+        weights_watch.forget(model)
     return digest
 
 
@@ -184,15 +193,53 @@ def forget_weights(model: PreTrainedModel) -> None:
 
 def state_dict_sha256(state: Mapping[str, Any]) -> str:
     """The weights hash of a state dict: sha256 over its entries sorted by name, each as `name|dtype|shape|` and the
-    tensor's bytes. Reads every weight (copying each tensor to the host in turn)."""
+    tensor's bytes. Reads every weight (copying each tensor to the host in turn).
+
+    torch's quantized modules write more than tensors: a quantized tensor is hashed by its integers and quantization
+    parameters, a tuple (a dynamically quantized Linear's packed ``(weight, bias)``) entry by entry as ``name.0``,
+    ``name.1``, anything else (a ``None`` bias, the ``torch.qint8`` dtype) by its repr."""
+    digest = hashlib.sha256()
+    for name, value in sorted(state.items()):
+        _hash_entry(digest, name, value)
+    return digest.hexdigest()
+
+
+def _hash_entry(digest: Any, name: str, value: Any) -> None:
     import torch
 
-    digest = hashlib.sha256()
-    for name, tensor in sorted(state.items()):
-        t = tensor.detach().to("cpu").contiguous()
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            _hash_entry(digest, f"{name}.{i}", item)
+    elif not isinstance(value, torch.Tensor):
+        digest.update(f"{name}|{value!r}|".encode())
+    elif value.is_quantized:
+        _hash_quantized(digest, name, value.detach().to("cpu"))
+    else:
+        t = value.detach().to("cpu").contiguous()
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy())  # the buffer itself: no copy of every weight
-    return digest.hexdigest()
+        digest.update(_buffer(t))
+
+
+def _buffer(t: torch.Tensor) -> Any:
+    """A tensor's bytes, read in place (no copy of every weight)."""
+    import torch
+
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+def _hash_quantized(digest: Any, name: str, t: torch.Tensor) -> None:
+    """A quantized tensor: its scheme, scale(s) and zero point(s), then its integers (`int_repr`)."""
+    import torch
+
+    scheme = t.qscheme()
+    digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|{scheme}|".encode())
+    if scheme in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        digest.update(f"{t.q_scale()!r}|{t.q_zero_point()}|".encode())
+    else:
+        digest.update(f"axis {t.q_per_channel_axis()}|".encode())
+        digest.update(_buffer(t.q_per_channel_scales().to(torch.float64)))
+        digest.update(_buffer(t.q_per_channel_zero_points().to(torch.int64)))
+    digest.update(_buffer(t.int_repr()))
 
 
 # What a model known by its files (optimum's ONNX Runtime / OpenVINO classes) computes with; not its config or
@@ -228,6 +275,17 @@ def files_weights_hash(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def parameter_count(model: PreTrainedModel) -> int:
+    """The model's parameters, and the weights torch's quantized modules pack outside them (`quantize_dynamic`'s
+    Linear keeps its weight and bias in ``_packed_params``, read through its ``weight()`` and ``bias()`` methods)."""
+    count = sum(p.numel() for p in model.parameters())
+    for module in model.modules():
+        if hasattr(module, "_packed_params") and callable(getattr(module, "weight", None)):
+            bias = module.bias() if callable(getattr(module, "bias", None)) else None
+            count += module.weight().numel() + (0 if bias is None else bias.numel())
+    return int(count)
+
+
 def model_dtype(model: PreTrainedModel) -> str:
     """The floating dtype of the parameters, as 'float32' / 'bfloat16' / 'float16' (for a model without parameters:
     its config's dtype, float32 when unset)."""
@@ -254,7 +312,7 @@ def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
         model_type=str(getattr(model.config, "model_type", type(model).__name__)),
         config_hash=_config_digest(config),
         weights_hash=weights_hash(model) if folder is None else files_weights_hash(folder),
-        num_parameters=sum(p.numel() for p in model.parameters()) if folder is None else 0,
+        num_parameters=parameter_count(model) if folder is None else 0,
         dtype=model_dtype(model),
         recipe=_recipe(model),
         config=config,

@@ -40,7 +40,7 @@ from pytest_genguard.hf import prompt_forms
 from pytest_genguard.hf._generation import SETTING_KEYS, int_setting, processor_names
 from pytest_genguard.hf.decoding_settings import other_settings
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.teacher import Preference, teacher_force_with_preferences
+from pytest_genguard.hf.teacher import Preference, per_call_quantization, teacher_force_with_preferences
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -80,13 +80,14 @@ def verify(
         )
     custom = _custom_processors(trace, logits_processor)
     others = sorted(other_settings(trace.settings))
-    regenerated = trace.settings.get("mode") == "beam" or bool(others)
+    per_call = per_call_quantization(model)
+    regenerated = trace.settings.get("mode") == "beam" or bool(others) or per_call is not None
     preferences: tuple[Preference, ...] = ()
     if regenerated:
         why = (
             "beam-search traces cannot be teacher forced (beams are reordered at every step)"
             if trace.settings.get("mode") == "beam"
-            else f"teacher forcing does not re-apply the trace's settings {', '.join(others)}"
+            else per_call or f"teacher forcing does not re-apply the trace's settings {', '.join(others)}"
         )
         warnings.warn(
             f"verify(): {why}; re-generating with record() instead, which is as slow as recording.",
