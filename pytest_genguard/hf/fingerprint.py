@@ -317,7 +317,23 @@ def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
         recipe=_recipe(model),
         config=config,
         adapters=adapter_identity(model),
+        name_or_path=_name_or_path(model.config),
+        revision=_optional_text(getattr(model.config, "_commit_hash", None)),
     )
+
+
+def _optional_text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _name_or_path(config: Any) -> str | None:
+    """``config._name_or_path`` as given for a hub id; a local folder by its name only (its full path differs from
+    machine to machine, and would make every re-recorded snapshot differ by it). None when empty."""
+    name = _optional_text(getattr(config, "_name_or_path", None))
+    if name is None:
+        return None
+    path = Path(name)
+    return (path.name or name) if path.is_dir() else name
 
 
 def _recipe(model: PreTrainedModel) -> str | None:
