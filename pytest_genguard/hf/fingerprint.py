@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -168,8 +169,10 @@ def weights_hash(model: PreTrainedModel, *, cached: bool = True) -> str:
 
     state = model.state_dict(keep_vars=True)
     # Only plain tensors can be watched: torch's quantized modules (`quantize_dynamic`) keep their weights packed and
-    # write them into the state dict as a (weight, bias) tuple unpacked anew on every call, so they are hashed anew.
-    watchable = all(isinstance(t, torch.Tensor) and not t.is_quantized for t in state.values())
+    # write them into the state dict as a (weight, bias) tuple unpacked anew on every call, and a tensor subclass
+    # (torchao's Int8Tensor) keeps its data in inner tensors the watch does not see: such models are hashed anew.
+    plain = (torch.Tensor, torch.nn.Parameter)
+    watchable = all(type(t) in plain and not t.is_quantized for t in state.values())
     if cached and watchable:
         digest = weights_watch.lookup(model, state)
         if digest is not None:
@@ -195,9 +198,11 @@ def state_dict_sha256(state: Mapping[str, Any]) -> str:
     """The weights hash of a state dict: sha256 over its entries sorted by name, each as `name|dtype|shape|` and the
     tensor's bytes. Reads every weight (copying each tensor to the host in turn).
 
-    torch's quantized modules write more than tensors: a quantized tensor is hashed by its integers and quantization
+    Quantized models write more than plain tensors: a quantized tensor is hashed by its integers and quantization
     parameters, a tuple (a dynamically quantized Linear's packed ``(weight, bias)``) entry by entry as ``name.0``,
-    ``name.1``, anything else (a ``None`` bias, the ``torch.qint8`` dtype) by its repr."""
+    ``name.1``, a tensor subclass (torchao's ``Int8Tensor``, which has no bytes of its own to view) by its class,
+    its flattening context and its inner tensors (``__tensor_flatten__``: ``name.qdata``, ``name.scale``, ...),
+    anything else (a ``None`` bias, the ``torch.qint8`` dtype) by its repr."""
     digest = hashlib.sha256()
     for name, value in sorted(state.items()):
         _hash_entry(digest, name, value)
@@ -214,10 +219,22 @@ def _hash_entry(digest: Any, name: str, value: Any) -> None:
         digest.update(f"{name}|{value!r}|".encode())
     elif value.is_quantized:
         _hash_quantized(digest, name, value.detach().to("cpu"))
+    elif type(value) not in (torch.Tensor, torch.nn.Parameter) and hasattr(value, "__tensor_flatten__"):
+        inner, context = value.__tensor_flatten__()
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        digest.update(f"{name}|{kind}|{value.dtype}|{tuple(value.shape)}|{_context_text(context)}|".encode())
+        for part in inner:
+            _hash_entry(digest, f"{name}.{part}", getattr(value, part))
     else:
         t = value.detach().to("cpu").contiguous()
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         digest.update(_buffer(t))
+
+
+def _context_text(context: Any) -> str:
+    """A tensor subclass's flattening context (block size, dtype, flags) as text; an object's address is dropped
+    (it differs from run to run, the value does not)."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(context))
 
 
 def _buffer(t: torch.Tensor) -> Any:
