@@ -15,7 +15,8 @@ Semantics, chosen on purpose:
 - sampled traces: the recorded (sampled) tokens are kept; the chosen tokens' raw logprobs and processed scores are
   compared (a token that a processor now masks gets score -inf, a regression).
 - beam-search traces (``settings["mode"] == "beam"``) cannot be teacher forced step by step (beams reorder); verify()
-  falls back to re-generation with `record()` and says so with a `VerifyFallbackWarning`.
+  falls back to re-generation with `record()` and says so with a `VerifyFallbackWarning`; so does a model with
+  dynamically quantized modules (`teacher.per_call_quantization`), whose activations are quantized per call.
 - traces recorded with custom logits processors (``settings["logits_processor"]``, their class names) need the same
   processors passed to verify(): a trace holds their names, not the objects, so verify() raises ValueError rather
   than teacher force without them (which would call every re-ranked step a regression).
