@@ -74,8 +74,7 @@ class Budget:
     """The preset's name, or "custom"."""
     ratios: tuple[tuple[str, float], ...] = ()
     """A preset's limits as multiples of what genguard's own conversion of the reference model to `precision` costs
-    (its calibration: `pytest_genguard.hf.calibration`); the fixed limits above apply where no calibration is
-    known."""
+    (its calibration: `pytest_genguard.hf.fidelity.calibrate`); the fixed limits above apply where none is known."""
     precision: str | None = None
     basis: str = ""
     """How the limits were set, for the report ("2x the reference model's own bf16 cast", "fixed limits ...")."""
@@ -125,7 +124,7 @@ class Budget:
 
 
 PRECISIONS = ("bf16", "fp16", "int8", "int4")
-"""The precisions genguard converts a reference model to itself (`pytest_genguard.hf.calibration`)."""
+"""The precisions genguard converts a reference model to itself (`pytest_genguard.hf.fidelity.calibrate`)."""
 
 CALIBRATED_METRICS = ("kld_mean", "kld_p90", "kld_p99", "kld_max", "top1_agreement")
 """The metrics a calibration stores per precision."""

@@ -194,8 +194,8 @@ class GenerationTrace:
     token_texts: Mapping[int, str] = field(default_factory=dict, compare=False)
     """Token strings of top-k ids that no step chose (the chosen ones are in the steps); for display only."""
     calibration: Mapping[str, JSONScalar] = field(default_factory=dict, compare=False)
-    """What genguard's reference conversions of the recording model cost along these paths
-    (``"int8.kld_mean"``: `pytest_genguard.hf.fidelity.calibrate`), the scale of the fidelity presets; never compared."""
+    """What genguard's reference conversions of the recording model cost along these paths (``"int8.kld_mean"``:
+    `pytest_genguard.hf.fidelity.calibrate`), the scale of the fidelity presets; never compared."""
 
     def token_text(self, token_id: int) -> str | None:
         """The token string of `token_id` as far as this trace knows it (a chosen token or a stored alternative)."""
