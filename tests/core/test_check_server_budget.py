@@ -1,0 +1,168 @@
+"""`genguard check-server --budget`: the server judged by a fidelity budget instead of the float rule, on recorded
+responses of the real float32 and bfloat16 vLLM servers (replayed over loopback): the tri-state and its exit codes,
+the logprobs asked of the server (its cap), the mass covered, staleness, and a dtype switch without a budget."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from replay_server import RESPONSES, Replay, Reply, recorded, serving
+
+from pytest_genguard import cli
+from pytest_genguard.core.trace import GenerationTrace
+
+
+def snapshot_file(folder: Path, name: str = "test_served.genguard") -> Path:
+    """The first prompt of the recorded snapshot (the one the responses answer), as a .genguard file."""
+    trace = GenerationTrace.from_json((RESPONSES / "snapshot.genguard").read_text(encoding="utf-8"))
+    path = folder / "__snapshots__" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dataclasses.replace(trace, prompts=trace.prompts[:1]).to_json(), encoding="utf-8")
+    return path
+
+
+def widened(body: dict[str, Any], n: int) -> dict[str, Any]:
+    """A score response with `n` logprobs per position: the recorded top-5 and made-up tail tokens far below them
+    (ids 100000+, logprob -40), as a server asked for more logprobs answers."""
+    out = copy.deepcopy(body)
+    for entry in out["choices"][0]["prompt_logprobs"][1:]:
+        ranks = max(v["rank"] for v in entry.values())
+        for extra in range(n - ranks):
+            entry[str(100000 + extra)] = {"decoded_token": "x", "logprob": -40.0 - extra, "rank": ranks + 1 + extra}
+    return out
+
+
+def served(score: dict[str, Any], *, cap: int | None = None) -> Replay:
+    """A replayed server that scores with `score`, and answers a request for more than `cap` logprobs with vLLM's
+    recorded 400 (its wording, this cap)."""
+    r = Replay()
+    for name in ("version", "models", "tokenize"):
+        r.add(name)
+    refusal = recorded("logprobs_cap")["body"]
+
+    def complete(body: Any) -> Reply:
+        asked = body["prompt_logprobs"]
+        if cap is not None and asked > cap:
+            message = f"Requested prompt logprobs of {asked}, which is greater than max allowed: {cap}"
+            return Reply(400, {"error": {**refusal["error"], "message": message}})
+        return Reply(200, score)
+
+    r.routes[("POST", "/v1/completions")] = complete
+    return r
+
+
+def swapped(body: dict[str, Any]) -> dict[str, Any]:
+    """A server whose top-1 and top-2 trade places at every position (a broken cast: the answer changes)."""
+    out = copy.deepcopy(body)
+    for entry in out["choices"][0]["prompt_logprobs"][1:]:
+        first = next(v for v in entry.values() if v["rank"] == 1)
+        second = next(v for v in entry.values() if v["rank"] == 2)
+        first["logprob"], second["logprob"] = second["logprob"], first["logprob"]
+        first["rank"], second["rank"] = 2, 1
+    return out
+
+
+BF16 = recorded("score_bfloat16")["body"]
+F32 = recorded("score")["body"]
+
+
+def test_a_bfloat16_server_fails_the_float_rule_and_the_message_names_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = snapshot_file(tmp_path)
+    with serving(served(BF16)) as r:
+        assert cli.main(["check-server", r.url, str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "dtype bfloat16 (inferred" in out
+    assert f"judge it by a fidelity budget instead: genguard check-server {r.url} {path} --budget bf16" in out
+
+
+# The bf16 preset (kld_mean 1e-4) was measured on in-process casts of the pinned fine-tuned tiny llama; the served
+# tiny model's real bf16 vLLM server is already above it on the lower bound (KLD mean >= 2.6e-4, max >= 8.9e-4), so the
+# bf16 server here is judged by a budget at its own scale (the lead's per-model budgets replace this).
+SERVED_BF16 = "kld_mean=1e-3,kld_p99=3e-3,kld_max=4e-3"
+
+
+def test_the_float32_server_holds_the_bf16_budget_on_lower_bounds_only_exit_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = snapshot_file(tmp_path)
+    with serving(served(F32, cap=5)) as r:
+        assert cli.main(["check-server", r.url, str(path), "--budget", "bf16"]) == 4
+    out = capsys.readouterr().out
+    assert f"UNPROVEN {path}: budget bf16" in out and "(lower bounds); dtype float32" in out
+    assert "unproven (exit 4); reference mass covered: 89.01% on average, 73.58% at the least" in out
+
+
+def test_the_bfloat16_server_asked_at_the_servers_cap_holds_its_budget_unproven(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = snapshot_file(tmp_path)
+    with serving(served(widened(BF16, 20), cap=20)) as r:
+        argv = ["check-server", r.url, str(path), "--budget", SERVED_BF16, "--dtype", "bfloat16"]
+        assert cli.main(argv) == 4
+    out = capsys.readouterr().out
+    assert "logprobs per step: 20 (the server's cap; the snapshots recorded a top-5)" in out
+    assert f"UNPROVEN {path}: budget custom" in out and "(lower bounds); dtype bfloat16 (declared)" in out
+    asked = [body["prompt_logprobs"] for _, route, body in r.requests if route == "/v1/completions"]
+    assert asked[0] > 20 and set(asked[1:]) == {20}  # the cap probe, then the snapshot asked at the cap
+
+
+def test_the_bfloat16_servers_lower_bound_breaks_a_tighter_budget_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the negative control of the budget above: the same server, a mean limit below its measured lower bound
+    path = snapshot_file(tmp_path)
+    with serving(served(BF16, cap=5)) as r:
+        assert cli.main(["check-server", r.url, str(path), "--budget", "kld_mean=2e-4"]) == 1
+    assert "kld_mean = 0.0002588 > limit 0.0002" in capsys.readouterr().out
+
+
+def test_a_server_that_changed_its_answer_is_outside_the_budget_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the negative control of the exit above: the same bf16 responses with the top two swapped at every step
+    path = snapshot_file(tmp_path)
+    with serving(served(swapped(BF16), cap=5)) as r:
+        assert cli.main(["check-server", r.url, str(path), "--budget", "bf16"]) == 1
+    out = capsys.readouterr().out
+    assert f"OUTSIDE {path}: budget bf16" in out and "outside (exit 1)" in out
+    assert "kld_mean = " in out and "worst step: prompt 0" in out
+
+
+def test_max_logprobs_is_asked_as_given_and_below_the_snapshots_top_k_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = snapshot_file(tmp_path)
+    with serving(served(widened(BF16, 8), cap=20)) as r:
+        assert cli.main(["check-server", r.url, str(path), "--budget", SERVED_BF16, "--max-logprobs", "8"]) == 4
+        assert "logprobs per step: 8 (--max-logprobs)" in capsys.readouterr().out
+        assert {b["prompt_logprobs"] for _, route, b in r.requests if route == "/v1/completions"} == {8}
+        assert cli.main(["check-server", r.url, str(path), "--budget", "bf16", "--max-logprobs", "3"]) == 2
+        assert "--max-logprobs 3: below the snapshots' top-5; ask for at least 5" in capsys.readouterr().err
+        # more than the server allows: its refusal names the flag to raise
+        assert cli.main(["check-server", r.url, str(path), "--budget", "bf16", "--max-logprobs", "30"]) == 2
+        assert "restart the server with --max-logprobs 30" in capsys.readouterr().err
+    assert cli.main(["check-server", "http://127.0.0.1:9", str(path), "--max-logprobs", "0"]) == 2
+    assert "argument --max-logprobs: '0' must be at least 1" in capsys.readouterr().err
+
+
+def test_a_bad_budget_is_bad_input_naming_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = snapshot_file(tmp_path)
+    assert cli.main(["check-server", "http://127.0.0.1:9", str(path), "--budget", "bf17"]) == 2
+    assert "--budget: unknown fidelity budget 'bf17'" in capsys.readouterr().err
+
+
+def test_another_tokenizer_is_stale_under_a_budget_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = snapshot_file(tmp_path)
+    r = served(BF16, cap=5)
+    tokens = [*recorded("tokenize")["body"]["tokens"]]
+    tokens[0] += 1
+    r.routes[("POST", "/tokenize")] = Reply(200, {**recorded("tokenize")["body"], "tokens": tokens})
+    with serving(r):
+        assert cli.main(["check-server", r.url, str(path), "--budget", "bf16"]) == 3
+    assert f"STALE {path}" in capsys.readouterr().out
