@@ -28,6 +28,7 @@ from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.environments import logprobs_epsilon
 from pytest_genguard.core.errors import ServerStale
 from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_UNPROVEN, EXIT_WITHIN, gate_line
+from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.serving.http import Endpoint
@@ -97,10 +98,11 @@ def judge(
     budget: Budget | None = None,
     logprobs: int | None = None,
     mapping: ServerMapping = VLLM,
+    overrides: Overrides | None = None,
 ) -> Judged:
-    """`reference` against the server: by the comparison rule, or by `budget` (`ServerError` for a server that
-    cannot answer). `logprobs` asks for more than the snapshot's top-k (a tighter bound); the rule judges the
-    snapshot's top-k."""
+    """`reference` against the server: by the comparison rule (with `overrides`: a test's ini and marker
+    tolerances), or by `budget` (`ServerError` for a server that cannot answer). `logprobs` asks for more than the
+    snapshot's top-k (a tighter bound); the rule judges the snapshot's top-k."""
     try:
         run = record_server(
             endpoint, reference, model=model, dtype=dtype, mode=mode, mapping=mapping, info=info, logprobs=logprobs
@@ -109,7 +111,7 @@ def judge(
         return Judged(label, None, None, stale=str(exc))
     judged = at_top_k(run.trace, top_k_of(reference))
     if budget is None:
-        return Judged(label, run, compare(reference, judged))
+        return Judged(label, run, compare(reference, judged, **(overrides or Overrides()).args()))
     # a budget compares distributions over the same tokens: another tokenizer, settings or prompts are still stale;
     # the dtype switch is the point
     cmp = compare(reference, judged, check_fingerprints=Fingerprints.TOKENIZER, allow_dtype_change=True)
