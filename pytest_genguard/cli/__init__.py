@@ -64,7 +64,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `genguard show big.json | head`
         sys.stderr.close()
         return EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())
