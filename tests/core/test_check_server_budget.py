@@ -4,70 +4,13 @@ the logprobs asked of the server (its cap), the mass covered, staleness, and a d
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from pathlib import Path
-from typing import Any
 
 import pytest
-from replay_server import RESPONSES, Replay, Reply, recorded, serving
+from replay_server import Reply, recorded, serving
+from served_replay import BF16, F32, SERVED_BF16, served, snapshot_file, swapped, widened
 
 from pytest_genguard import cli
-from pytest_genguard.core.trace import GenerationTrace
-
-
-def snapshot_file(folder: Path, name: str = "test_served.genguard") -> Path:
-    """The first prompt of the recorded snapshot (the one the responses answer), as a .genguard file."""
-    trace = GenerationTrace.from_json((RESPONSES / "snapshot.genguard").read_text(encoding="utf-8"))
-    path = folder / "__snapshots__" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dataclasses.replace(trace, prompts=trace.prompts[:1]).to_json(), encoding="utf-8")
-    return path
-
-
-def widened(body: dict[str, Any], n: int) -> dict[str, Any]:
-    """A score response with `n` logprobs per position: the recorded top-5 and made-up tail tokens far below them
-    (ids 100000+, logprob -40), as a server asked for more logprobs answers."""
-    out = copy.deepcopy(body)
-    for entry in out["choices"][0]["prompt_logprobs"][1:]:
-        ranks = max(v["rank"] for v in entry.values())
-        for extra in range(n - ranks):
-            entry[str(100000 + extra)] = {"decoded_token": "x", "logprob": -40.0 - extra, "rank": ranks + 1 + extra}
-    return out
-
-
-def served(score: dict[str, Any], *, cap: int | None = None) -> Replay:
-    """A replayed server that scores with `score`, and answers a request for more than `cap` logprobs with vLLM's
-    recorded 400 (its wording, this cap)."""
-    r = Replay()
-    for name in ("version", "models", "tokenize"):
-        r.add(name)
-    refusal = recorded("logprobs_cap")["body"]
-
-    def complete(body: Any) -> Reply:
-        asked = body["prompt_logprobs"]
-        if cap is not None and asked > cap:
-            message = f"Requested prompt logprobs of {asked}, which is greater than max allowed: {cap}"
-            return Reply(400, {"error": {**refusal["error"], "message": message}})
-        return Reply(200, score)
-
-    r.routes[("POST", "/v1/completions")] = complete
-    return r
-
-
-def swapped(body: dict[str, Any]) -> dict[str, Any]:
-    """A server whose top-1 and top-2 trade places at every position (a broken cast: the answer changes)."""
-    out = copy.deepcopy(body)
-    for entry in out["choices"][0]["prompt_logprobs"][1:]:
-        first = next(v for v in entry.values() if v["rank"] == 1)
-        second = next(v for v in entry.values() if v["rank"] == 2)
-        first["logprob"], second["logprob"] = second["logprob"], first["logprob"]
-        first["rank"], second["rank"] = 2, 1
-    return out
-
-
-BF16 = recorded("score_bfloat16")["body"]
-F32 = recorded("score")["body"]
 
 
 def test_a_bfloat16_server_fails_the_float_rule_and_the_message_names_budget(
@@ -79,12 +22,6 @@ def test_a_bfloat16_server_fails_the_float_rule_and_the_message_names_budget(
     out = capsys.readouterr().out
     assert "dtype bfloat16 (inferred" in out
     assert f"judge it by a fidelity budget instead: genguard check-server {r.url} {path} --budget bf16" in out
-
-
-# The bf16 preset (kld_mean 1e-4) was measured on in-process casts of the pinned fine-tuned tiny llama; the served
-# tiny model's real bf16 vLLM server is already above it on the lower bound (KLD mean >= 2.6e-4, max >= 8.9e-4), so the
-# bf16 server here is judged by a budget at its own scale (the lead's per-model budgets replace this).
-SERVED_BF16 = "kld_mean=1e-3,kld_p99=3e-3,kld_max=4e-3"
 
 
 def test_the_float32_server_holds_the_bf16_budget_on_lower_bounds_only_exit_4(

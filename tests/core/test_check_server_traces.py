@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 from replay_server import Reply, serving
-from test_check_server_budget import BF16, F32, served, snapshot_file
+from served_replay import BF16, F32, SERVED_BF16, served, snapshot_file
 
 from pytest_genguard import cli
 from pytest_genguard.core.trace import GenerationTrace
-
-SERVED_BF16 = "kld_mean=1e-3,kld_p99=3e-3,kld_max=4e-3"
 
 
 def test_written_traces_are_named_after_their_snapshots_and_read_by_every_command(
