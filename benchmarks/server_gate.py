@@ -86,6 +86,12 @@ def _judge(url: str, traces: Sequence[tuple[str, GenerationTrace]], **options: o
     return check_traces(Endpoint(url), traces, out=io.StringIO(), options=CheckOptions(**options))  # type: ignore[arg-type]
 
 
+def _steps(traces: Sequence[tuple[str, GenerationTrace]]) -> str:
+    prompts = {len(t.prompts) for _, t in traces}
+    steps = {sum(len(p.steps) for p in t.prompts) for _, t in traces}
+    return f"{'/'.join(map(str, sorted(prompts)))} prompts, {'/'.join(map(str, sorted(steps)))} steps"
+
+
 def throughput(url: str, traces: Sequence[tuple[str, GenerationTrace]], pairs: int, where: str) -> list[Result]:
     """Rows: snapshots per second at each level of concurrency against one at a time (the ratio t(1) / t(N))."""
     rows = []
@@ -105,8 +111,8 @@ def throughput(url: str, traces: Sequence[tuple[str, GenerationTrace]], pairs: i
                 headline=f"{speedup.median:.2f}× ({many:.0f}/s vs {one:.0f}/s)",
                 met=None,
                 notes=[
-                    f"{len(traces)} snapshots of 12 steps per run; {ms(paired.a.median)} at 1 vs {ms(paired.b.median)} "
-                    f"at {level} (medians of {pairs} alternating pairs)"
+                    f"{len(traces)} snapshots of {_steps(traces)} per run; {ms(paired.a.median)} at 1 vs "
+                    f"{ms(paired.b.median)} at {level} (medians of {pairs} alternating pairs)"
                 ],
             )
         )
@@ -129,8 +135,9 @@ def budget_cost(url: str, traces: Sequence[tuple[str, GenerationTrace]], pairs: 
         headline=f"{paired.ratios.median:.2f}×",
         met=None,
         notes=[
-            f"{ms(paired.a.median / per)} vs {ms(paired.b.median / per)} per snapshot ({per} snapshots, one in flight; "
-            f"medians of {pairs} alternating pairs; the budget run also probes the server's logprobs cap once)"
+            f"{ms(paired.a.median / per)} vs {ms(paired.b.median / per)} per snapshot ({per} snapshots of "
+            f"{_steps(traces)}, one in flight; medians of {pairs} alternating pairs; the budget run probes the "
+            "server's logprobs cap once and asks for that many logprobs per step, the rule for the snapshot's top-k)"
         ],
     )
 

@@ -18,11 +18,13 @@ import served_model
 import vllm_server
 
 VLLM_ENV = "GENGUARD_VLLM"
-URLS_ENV = "GENGUARD_VLLM_URLS"  # "float32=URL,eps=URL,bfloat16=URL": servers you already run (same model and flags)
+URLS_ENV = "GENGUARD_VLLM_URLS"  # "float32=URL,eps=URL,bfloat16=URL,bf16_eps=URL": servers you already run
 CONFIGURATIONS: dict[str, tuple[str, ...]] = {
     "float32": (),
     "eps": ("--hf-overrides", '{"rms_norm_eps": 0.1}'),
     "bfloat16": ("--dtype", "bfloat16"),
+    # the deploy gate's negative control: a bf16 server with a wrong norm epsilon (outside any bf16 budget)
+    "bf16_eps": ("--dtype", "bfloat16", "--hf-overrides", '{"rms_norm_eps": 0.01}'),
 }
 
 
@@ -53,7 +55,8 @@ def other_trace() -> Any:
 
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, vllm_server.VLLMServer]]:
-    """One vLLM server per configuration (float32; a served config that differs; bfloat16), started side by side."""
+    """One vLLM server per configuration (float32; a served config that differs; bfloat16; bfloat16 with a wrong
+    norm epsilon), started side by side."""
     if os.environ.get(URLS_ENV):
         urls = dict(pair.split("=", 1) for pair in os.environ[URLS_ENV].split(","))
         yield {name: vllm_server.running_at(urls[name]) for name in CONFIGURATIONS}
