@@ -10,7 +10,8 @@ One module per subcommand (`show`, `diff`, `fidelity`, `report`, `bisect_command
 
 Exit codes: 0 when the command did its job (for `diff`: the comparison holds; for `fidelity`: within the budget),
 1 when `diff` finds a regression or a stale trace (`fidelity`: outside the budget), 2 for bad input (a missing or
-unreadable file, a corrupt trace, wrong arguments). Never a traceback for bad input: the message names the file and
+unreadable file, a corrupt trace, wrong arguments), 4 for `fidelity` and `check-server --budget` within a budget on
+lower bounds only (`pytest_genguard.core.gate`). Never a traceback for bad input: the message names the file and
 what to do. Torch-free: reading traces needs only the standard library.
 """
 

@@ -45,6 +45,7 @@ __all__ = [
     "UNCAPPED_LOGPROBS",
     "CheckOptions",
     "Judged",
+    "background_traffic",
     "check_traces",
     "exit_code",
     "judge",
@@ -239,6 +240,15 @@ def _lines(result: Judged) -> Iterator[str]:
             )
 
 
+def background_traffic(trace: GenerationTrace, lengths: Sequence[int] = (3, 17, 40)) -> list[list[int]]:
+    """Unrelated prompts of other lengths for `--load` (so batches mix sequences the snapshot does not hold): the
+    snapshot's own token ids reversed and cycled, which the served vocabulary is known to hold."""
+    ids = [t for p in trace.prompts for t in (*p.prompt_ids, *p.token_ids)][::-1]
+    if not ids:
+        return []
+    return [[ids[i % len(ids)] for i in range(n)] for n in lengths]
+
+
 def _preset(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "bf16")
 
@@ -290,7 +300,12 @@ def check_traces(
     if opts.load:
         for label, trace in traces:
             _, variance = batch_variance(
-                endpoint, trace, clients=max(opts.concurrency, 2), model=opts.model, mapping=mapping
+                endpoint,
+                trace,
+                clients=max(opts.concurrency, 2),
+                background=background_traffic(trace),
+                model=opts.model,
+                mapping=mapping,
             )
             out.write(f"load {label}: " + variance.summary().replace("\n", "\n  ") + "\n")
     code = exit_code(judged)

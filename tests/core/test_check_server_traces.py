@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from replay_server import Reply, serving
+from replay_server import Reply, recorded, serving
 from served_replay import BF16, F32, SERVED_BF16, served, snapshot_file
 
 from pytest_genguard import cli
@@ -119,6 +119,8 @@ def test_load_reports_the_batch_variance_per_snapshot(tmp_path: Path, capsys: py
     out = capsys.readouterr().out
     for path in paths:
         assert f"load {path}: no batch variance: 4 runs under load (prefix cache warm), 12 steps each" in out
+    generated = [body for _, route, body in r.requests if route == "/v1/completions" and "logprobs" in body]
+    assert sorted(len(body["prompt"]) for body in generated) == [3, 3, 3, 3, 17, 17, 17, 17, 40, 40, 40, 40]
 
 
 def test_load_names_the_steps_that_moved_under_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,6 +130,8 @@ def test_load_names_the_steps_that_moved_under_load(tmp_path: Path, capsys: pyte
     calls = {"n": 0}
 
     def alternating(body: Any) -> Reply:
+        if "prompt_logprobs" not in body:
+            return Reply(200, recorded("generate")["body"])
         calls["n"] += 1
         return Reply(200, BF16 if calls["n"] % 2 == 0 else F32)
 

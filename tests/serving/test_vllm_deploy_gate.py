@@ -105,3 +105,13 @@ def test_genguard_server_under_a_fidelity_marker_passes_bf16_and_fails_the_wrong
     fails = pytest_run("--genguard-server", servers["bf16_eps"].url, "-vv")
     assert fails.returncode == 1 and "on the server (--genguard-server" in fails.stdout, fails.stdout[-3000:]
     assert "fidelity OUTSIDE budget custom" in fails.stdout
+
+
+def test_load_reports_the_real_servers_batch_variance_per_snapshot(
+    snapshot_file: Path, float32_url: str, record_property: Any
+) -> None:
+    done = genguard("check-server", float32_url, str(snapshot_file), "--load", "--concurrency", "4")
+    record_property("load", done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith(f"load {snapshot_file}: "))
+    assert "8 runs under load (prefix cache cold and warm), 48 steps each" in line, line

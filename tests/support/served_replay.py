@@ -35,14 +35,18 @@ def widened(body: dict[str, Any], n: int) -> dict[str, Any]:
 
 
 def served(score: dict[str, Any], *, cap: int | None = None) -> Replay:
-    """A replayed server that scores with `score`, and answers a request for more than `cap` logprobs with vLLM's
-    recorded 400 (its wording, this cap)."""
+    """A replayed server that scores with `score`, answers a request for more than `cap` logprobs with vLLM's
+    recorded 400 (its wording, this cap), and a generation request with the recorded generation."""
     r = Replay()
     for name in ("version", "models", "tokenize"):
         r.add(name)
     refusal = recorded("logprobs_cap")["body"]
 
+    generated = recorded("generate")["body"]
+
     def complete(body: Any) -> Reply:
+        if "prompt_logprobs" not in body:  # a generation request (--load's unrelated traffic)
+            return Reply(200, generated)
         asked = body["prompt_logprobs"]
         if cap is not None and asked > cap:
             message = f"Requested prompt logprobs of {asked}, which is greater than max allowed: {cap}"
