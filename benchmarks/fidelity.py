@@ -92,18 +92,13 @@ def _table(label: str, model: Any, smoke: bool, informational: dict[str, str] | 
             continue
         exact = gg.fidelity(candidate, tokenizer, reference, budget=preset, reference_model=model)
         bound = gg.fidelity(candidate, tokenizer, reference)
-        try:
-            own = gg.record(candidate, tokenizer, [p.prompt for p in reference.prompts], max_new_tokens=24, top_k=5)
-        except (NotImplementedError, AttributeError) as exc:  # torchao's Int8Tensor lacks an op generate() uses;
-            # quantize_dynamic's packed weights are no tensors for record()'s checks and fingerprint
-            traces_text = f"– (record() fails: {type(exc).__name__}: {str(exc).split(':')[0][:40]})"
-        else:
-            compared, _ = trace_fidelity(reference, own)
-            where = {(s.prompt, s.step) for s in compared}
-            same = [s for s in exact.steps if (s.prompt, s.step) in where]
-            traces = FidelityReport(tuple(compared)).metrics["kld_mean"]
-            exact_there = FidelityReport(tuple(same)).metrics["kld_mean"]
-            traces_text = f"{traces / max(exact_there, 1e-300):.0%} ({len(compared)} steps)"
+        own = gg.record(candidate, tokenizer, [p.prompt for p in reference.prompts], max_new_tokens=24, top_k=5)
+        compared, _ = trace_fidelity(reference, own)
+        where = {(s.prompt, s.step) for s in compared}
+        same = [s for s in exact.steps if (s.prompt, s.step) in where]
+        traces = FidelityReport(tuple(compared)).metrics["kld_mean"]
+        exact_there = FidelityReport(tuple(same)).metrics["kld_mean"]
+        traces_text = f"{traces / max(exact_there, 1e-300):.0%} ({len(compared)} steps)"
         m = exact.metrics
         verdict = "holds" if exact.holds else "**fails**"
         if name in (informational or {}):

@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "BisectError": "core.errors",
     "ReleaseError": "core.errors",
     "InstallError": "core.errors",
+    "ModelUnavailable": "core.errors",
     "ServerError": "core.errors",
     "ServerStale": "core.errors",
     # torch side
@@ -59,6 +60,9 @@ _EXPORTS: dict[str, str] = {
     "record": "hf.record",
     "verify": "hf.verify",
     "fidelity": "hf.fidelity",
+    "calibrate": "hf.fidelity",
+    "load_smollm2": "hf.smollm2",
+    "smollm2_folder": "hf.smollm2",
     "model_fingerprint": "hf.fingerprint",
     "tokenizer_fingerprint": "hf.fingerprint",
     "GenerationRecorder": "hf.recorder",
@@ -113,6 +117,7 @@ if TYPE_CHECKING:
         GenguardTrainingWarning as GenguardTrainingWarning,
         GenguardWarning as GenguardWarning,
         InstallError as InstallError,
+        ModelUnavailable as ModelUnavailable,
         PinError as PinError,
         ReleaseError as ReleaseError,
         ServerError as ServerError,
@@ -136,7 +141,7 @@ if TYPE_CHECKING:
     )
     from pytest_genguard.core.verdict import Verdict as Verdict
     from pytest_genguard.core.well_formed import assert_well_formed as assert_well_formed
-    from pytest_genguard.hf.fidelity import fidelity as fidelity
+    from pytest_genguard.hf.fidelity import calibrate as calibrate, fidelity as fidelity
     from pytest_genguard.hf.finetune import FineTuned as FineTuned, finetune as finetune
     from pytest_genguard.hf.fingerprint import (
         model_fingerprint as model_fingerprint,
@@ -151,5 +156,6 @@ if TYPE_CHECKING:
     from pytest_genguard.hf.processors import assert_processor_contract as assert_processor_contract
     from pytest_genguard.hf.record import record as record
     from pytest_genguard.hf.recorder import GenerationRecorder as GenerationRecorder
+    from pytest_genguard.hf.smollm2 import load_smollm2 as load_smollm2, smollm2_folder as smollm2_folder
     from pytest_genguard.hf.tiny import tiny_model as tiny_model, tiny_tokenizer as tiny_tokenizer
     from pytest_genguard.hf.verify import verify as verify

@@ -12,6 +12,7 @@ With a lower bound (a reference trace without its model), a KLD above its limit 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import types
@@ -24,13 +25,16 @@ from pytest_genguard.core.text import number, plural, quote
 from pytest_genguard.core.trace import GenerationTrace
 
 __all__ = [
+    "CALIBRATED_METRICS",
     "LIMITS",
+    "PRECISIONS",
     "PRESETS",
     "STATUSES",
     "Budget",
     "FidelityReport",
     "Violation",
     "budget_of",
+    "calibration_key",
     "parse_budget",
     "traces_report",
 ]
@@ -72,6 +76,12 @@ class Budget:
     on_path_share: float | None = None
     name: str = "custom"
     """The preset's name, or "custom"."""
+    ratios: tuple[tuple[str, float], ...] = ()
+    """A preset's limits as multiples of what genguard's own conversion of the reference model to `precision` costs
+    (its calibration: `pytest_genguard.hf.fidelity.calibrate`); the fixed limits above apply where none is known."""
+    precision: str | None = None
+    basis: str = ""
+    """How the limits were set, for the report ("2x the reference model's own bf16 cast", "fixed limits ...")."""
 
     def __post_init__(self) -> None:
         for key in LIMITS:
@@ -84,6 +94,28 @@ class Budget:
                 raise ValueError(f"fidelity budget: {key}={value!r} is a share between 0 and 1 (e.g. {key}=0.99).")
             object.__setattr__(self, key, float(value))
 
+    def calibrated(self, calibration: Mapping[str, Any] | None) -> Budget:
+        """The limits for a reference whose calibration figures are `calibration` (``{"bf16.kld_mean": ...}``):
+        each ratio times the figure it scales, where the reference has one; the fixed limits otherwise (the report
+        says which)."""
+        if not self.ratios or self.precision is None:
+            return self
+        raw = {key: (calibration or {}).get(calibration_key(self.precision, key)) for key, _ in self.ratios}
+        figures = {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        if len(figures) < len(raw):
+            return dataclasses.replace(
+                self,
+                ratios=(),
+                basis=f"fixed limits: the reference has no calibration figures for {self.precision} (store them "
+                "with pytest_genguard.calibrate(model, tokenizer, trace), or pass reference_model= to fidelity()); "
+                "measured on tiny models, they are too tight for most real ones",
+            )
+        limits = {key: max(ratio * figures[key], _FLOORS.get(key, 0.0)) for key, ratio in self.ratios}
+        shown = ", ".join(f"{ratio:g}x {key} {figures[key]:.3g}" for key, ratio in self.ratios)
+        fields: dict[str, Any] = {key: limits.get(key) for key in LIMITS}
+        basis = f"relative to the reference model's own {self.precision} conversion ({shown})"
+        return dataclasses.replace(self, **fields, ratios=(), basis=basis)
+
     def limits(self) -> dict[str, float]:
         """The limits set, in `LIMITS` order."""
         return {key: value for key in LIMITS if (value := getattr(self, key)) is not None}
@@ -92,18 +124,44 @@ class Budget:
         shown = ", ".join(
             f"{key} {'<=' if LIMITS[key] == 'max' else '>='} {value:g}" for key, value in self.limits().items()
         )
-        return f"{self.name} ({shown})"
+        return f"{self.name} ({shown})" + (f"; {self.basis}" if self.basis else "")
 
+
+PRECISIONS = ("bf16", "fp16", "int8", "int4")
+"""The precisions genguard converts a reference model to itself (`pytest_genguard.hf.fidelity.calibrate`)."""
+
+CALIBRATED_METRICS = ("kld_mean", "kld_p90", "kld_p99", "kld_max", "top1_agreement")
+"""The metrics a calibration stores per precision."""
+
+
+def calibration_key(precision: str, metric: str) -> str:
+    """The key of a calibration figure: ``"int8.kld_mean"``."""
+    return f"{precision}.{metric}"
+
+
+_FLOORS = {"kld_mean": 1e-9, "kld_p90": 1e-9, "kld_p99": 1e-9, "kld_max": 1e-9}
+"""A relative limit never falls below these: a reference conversion that costs nothing (a float32 model stored in
+bfloat16 already) would otherwise allow nothing at all."""
+
+_CAST_RATIOS = (("kld_mean", 2.0), ("kld_p99", 3.0))
+"""bf16 and fp16: a correct cast is genguard's own cast (1.00x on every metric, SmolLM2-135M and the tiny llama);
+the mildest realistic bug measured, one post-attention norm off by 5% in bf16 on SmolLM2-135M, costs 2.68x on the
+mean and 4.41x on p99 (docs/fidelity.md)."""
+_QUANT_RATIOS = (("kld_mean", 4.0), ("kld_p99", 6.0))
+"""int8 and int4: quantizers differ from genguard's round-to-nearest by method (torchao's int8 weight-only costs
+1.13x on SmolLM2-135M but 2.02x the mean and 3.01x p99 on the tiny llama; optimum-quanto's int4 0.58-0.82x); the
+realistic bugs cost 10x and more (one layer's down_proj in int4 per tensor: 10.7-35x; the output head int4 per
+tensor on the tiny llama; torch's quantize_dynamic on SmolLM2-135M: 504x)."""
 
 PRESETS: dict[str, Budget] = {
-    # Measured (docs/fidelity.md, benchmarks/RESULTS.md): between the worst correct candidate of the precision and the
-    # mildest realistic bug, on the pinned fine-tuned tiny llama and the 26M-parameter llama, teacher forced, float64.
-    # Weight-only int8 (torchao, optimum-quanto, round-to-nearest per output channel); "int4" also holds torch's
-    # quantize_dynamic (int8 weights and activations), which is int4's class of error here, not int8's.
-    "bf16": Budget(kld_mean=1e-4, kld_p99=3e-3, kld_max=4e-3, name="bf16"),
-    "fp16": Budget(kld_mean=1e-5, kld_p99=2e-4, kld_max=3e-4, name="fp16"),
-    "int8": Budget(kld_mean=2e-4, kld_p99=3e-3, kld_max=4e-3, name="int8"),
-    "int4": Budget(kld_mean=1.5e-1, kld_p90=5e-2, name="int4"),
+    # Relative (docs/fidelity.md, benchmarks/RESULTS.md): multiples of the reference model's own conversion to the
+    # precision, measured between the worst correct copy and the mildest realistic bug on SmolLM2-135M-Instruct and
+    # the pinned tiny llama. The fixed limits apply to a reference without calibration figures: measured on the tiny
+    # llama and the 26M-parameter llama (weight-only int8; "int4" also holds torch's quantize_dynamic there).
+    "bf16": Budget(kld_mean=1e-4, kld_p99=3e-3, kld_max=4e-3, name="bf16", ratios=_CAST_RATIOS, precision="bf16"),
+    "fp16": Budget(kld_mean=1e-5, kld_p99=2e-4, kld_max=3e-4, name="fp16", ratios=_CAST_RATIOS, precision="fp16"),
+    "int8": Budget(kld_mean=2e-4, kld_p99=3e-3, kld_max=4e-3, name="int8", ratios=_QUANT_RATIOS, precision="int8"),
+    "int4": Budget(kld_mean=1.5e-1, kld_p90=5e-2, name="int4", ratios=_QUANT_RATIOS, precision="int4"),
 }
 
 
@@ -332,4 +390,5 @@ def traces_report(reference: GenerationTrace, candidate: GenerationTrace, budget
     texts = {**candidate.token_texts, **reference.token_texts}
     texts.update({s.token_id: s.token for t in (reference, candidate) for p in t.prompts for s in p.steps})
     prompts = tuple(p.prompt for p in reference.prompts)
-    return FidelityReport(tuple(steps), budget, skipped=skipped, token_texts=texts, prompts=prompts)
+    limits = None if budget is None else budget.calibrated(reference.calibration)
+    return FidelityReport(tuple(steps), limits, skipped=skipped, token_texts=texts, prompts=prompts)

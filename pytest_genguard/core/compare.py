@@ -41,6 +41,7 @@ from pytest_genguard.core.tolerances import (
     default_tolerances,
     dtype_change,
     resolve,
+    rounding_epsilon,
     same,
 )
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
@@ -66,8 +67,9 @@ class _Stats:
         return ErrorStats(self.compared, self.exceeded, self.max_abs, mean, self.max_rel, worst)
 
 
-_Epsilons = tuple[float, float]
-"""(logprobs, scores): the machine epsilon of the coarser dtype the two traces computed each kind of value in."""
+_Epsilons = tuple[float, float, float]
+"""(logprobs, scores, model): the machine epsilon of the coarser dtype the two traces computed each kind of value
+in, and of the models' own logits where that decides it (`_model_epsilon`: the near-tie rule uses it alone)."""
 
 
 @dataclass
@@ -79,7 +81,7 @@ class _PromptRun:
     tol: Tolerances
     differs: bool = False  # some compared value or the top-k order is not bitwise equal
     failure: tuple[DivergenceKind, str] | None = None  # first value beyond tolerance in the current step
-    epsilons: _Epsilons = (0.0, 0.0)
+    epsilons: _Epsilons = (0.0, 0.0, 0.0)
     rounding: float = 0.0  # the current value's: its dtype's epsilon * the step's |lse| (`step_scale`)
 
     def check(self, a: float, b: float, step: int, where: str, kind: DivergenceKind, label: str) -> None:
@@ -137,15 +139,26 @@ def step_scale(e: Step, a: Step) -> float:
 def _epsilons(expected: GenerationTrace, actual: GenerationTrace) -> _Epsilons:
     """Each value is rounded in the dtype it was computed in, which the trace says (`core.environments`): logprobs
     in float64 since pytest-genguard 0.2, processed scores in float32 always (beam search's are float32
-    log-softmaxes, as sensitive to the kernel set as 0.1's logprobs were)."""
+    log-softmaxes, as sensitive to the kernel set as 0.1's logprobs were); and both are computed from logits that a
+    bfloat16 or float16 model rounded in its own dtype, the coarsest of all (`tolerances.rounding_epsilon`)."""
     e, a = expected.environment, actual.environment
-    return max(logprobs_epsilon(e), logprobs_epsilon(a)), max(scores_epsilon(e), scores_epsilon(a))
+    model = _model_epsilon(expected, actual)
+    return (
+        max(logprobs_epsilon(e), logprobs_epsilon(a), model),
+        max(scores_epsilon(e), scores_epsilon(a), model),
+        model,
+    )
+
+
+def _model_epsilon(expected: GenerationTrace, actual: GenerationTrace) -> float:
+    """The coarser of the two models' logit rounding (0 unless one side ran in bfloat16 or float16)."""
+    return max(rounding_epsilon(expected.dtype), rounding_epsilon(actual.dtype))
 
 
 def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
     """Compare the values of a step where both sides chose the same token."""
     scale = step_scale(e, a)
-    logprobs, scores = run.epsilons
+    logprobs, scores, _ = run.epsilons
     run.rounding = logprobs * scale
     run.check(e.logprob, a.logprob, s, "logprob", "logprob", "logprob")
     run.rounding = scores * scale
@@ -184,8 +197,9 @@ def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
             run.check(e.top_logprobs[-1], lp, s, f"new top_logprobs[{rank}]", "topk", label)
 
 
-def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances) -> Divergence:
-    """The divergence at the first differing token id: a near tie (tolerated) or a regression."""
+def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances, model_eps: float) -> Divergence:
+    """The divergence at the first differing token id: a near tie (tolerated) or a regression. In a bfloat16 or
+    float16 trace the gap may also be `TIE_ULPS` ulps of the step's logits (`model_eps` times its |lse|) wide."""
     e_rank_in_a = a.rank_of(e.token_id)
     a_rank_in_e = e.rank_of(a.token_id)
     gap: float | None = None
@@ -195,7 +209,8 @@ def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances) ->
         # Magnitudes: with sampling or processors the chosen token need not lead in raw logprob, and a near tie is
         # about closeness either way. NaN poisons the gap explicitly (max() with NaN depends on argument order).
         gap = math.nan if math.isnan(gap_e) or math.isnan(gap_a) else max(abs(gap_e), abs(gap_a))
-    tolerated = gap is not None and tol.near_tie(gap)
+    rounding = model_eps * step_scale(e, a)
+    tolerated = gap is not None and tol.near_tie(gap, rounding)
     if gap is None:
         missing = []
         if e_rank_in_a is None:
@@ -205,7 +220,8 @@ def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances) ->
         detail = "; ".join(missing)
     else:
         relation = "<=" if tolerated else ">"
-        detail = f"gap {gap:.2g} {relation} tie_tol {tol.tie_tol:g}"
+        limit = f"tie_tol {tol.tie_tol:g}" if not rounding else f"tie limit {tol.tie_limit(rounding):.2g}"
+        detail = f"gap {gap:.2g} {relation} {limit}"
     return _divergence(i, p, s, "token", e, a, detail, gap=gap, tolerated=tolerated)
 
 
@@ -254,7 +270,7 @@ def _compare_prompt(
     for s in range(n):
         es, as_ = e.steps[s], a.steps[s]
         if es.token_id != as_.token_id:
-            div = _split(i, e, s, es, as_, tol)
+            div = _split(i, e, s, es, as_, tol, epsilons[2])
             return div.verdict, div
         if es.token != as_.token:
             detail = f"id {es.token_id} decodes differently (the tokenizer's decoding changed)"

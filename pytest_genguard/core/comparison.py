@@ -354,6 +354,8 @@ _HEADLINE_FIELDS = (
     ("engine", ""),  # a serving engine's trace (pytest_genguard.engines) against the transformers one
     ("torch", "torch "),
     ("transformers", "transformers "),
+    ("trl", "trl "),  # a recorder history's training libraries (`environments.LIBRARY_FIELDS`)
+    ("peft", "peft "),
     ("device_type", ""),
     ("gpu_name", ""),
     ("cpu_capability", ""),

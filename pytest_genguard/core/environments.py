@@ -11,6 +11,7 @@ from typing import Any
 from pytest_genguard.core.jsontext import JSONScalar, changed_keys
 
 __all__ = [
+    "LIBRARY_FIELDS",
     "LOGPROBS_FIELD",
     "NOT_NUMERIC_FIELDS",
     "SCORES_FIELD",
@@ -72,6 +73,12 @@ def environment_class(fields: Mapping[str, JSONScalar] | Any) -> str:
 NOT_NUMERIC_FIELDS = frozenset({"python", "device"})
 
 
+LIBRARY_FIELDS = ("trl", "peft")
+"""Fields a recorder history's traces carry only where the library is installed (its release): TRL and PEFT train
+the model as much as torch and transformers do. A field one side lacks is no difference: histories written before
+these fields, or a run without the library, compare as before."""
+
+
 EnvironmentDiff = tuple[tuple[str, JSONScalar, JSONScalar], ...]
 """``(field, expected value, actual value)`` per differing field, sorted by field; None for a field one side lacks."""
 
@@ -79,8 +86,13 @@ EnvironmentDiff = tuple[tuple[str, JSONScalar, JSONScalar], ...]
 def environment_diff(expected: Mapping[str, JSONScalar], actual: Mapping[str, JSONScalar]) -> EnvironmentDiff:
     """Every environment field whose value differs (`jsontext.changed_keys`: a field set on one side only differs,
     values of another type differ, NaN equals NaN): the one rule, which `compare()` reports as
-    `Comparison.environment_diff` and `numeric_diff` narrows to what can change a kernel's result."""
-    return tuple((k, expected.get(k), actual.get(k)) for k in changed_keys(expected, actual))
+    `Comparison.environment_diff` and `numeric_diff` narrows to what can change a kernel's result. A
+    `LIBRARY_FIELDS` field counts only when both sides have it."""
+    return tuple(
+        (k, expected.get(k), actual.get(k))
+        for k in changed_keys(expected, actual)
+        if k not in LIBRARY_FIELDS or (k in expected and k in actual)
+    )
 
 
 def numeric_diff(diff: EnvironmentDiff) -> EnvironmentDiff:

@@ -19,6 +19,7 @@ __all__ = [
     "GenguardTrainingWarning",
     "GenguardWarning",
     "InstallError",
+    "ModelUnavailable",
     "PinError",
     "ReleaseError",
     "ServerError",
@@ -67,6 +68,10 @@ class CacheFolderError(GenguardError, OSError):
 
 class EngineUnavailable(GenguardError, ImportError):
     """The engine's extra is not installed; the message is the command that installs it."""
+
+
+class ModelUnavailable(GenguardError, ImportError):
+    """A model genguard ships a loader for cannot be loaded here (its package is missing): names the install command."""
 
 
 class BisectError(GenguardError, ValueError):

@@ -116,6 +116,22 @@ def _tokenizer_changes(expected: TokenizerFingerprint, actual: TokenizerFingerpr
     return changes
 
 
+def _origin(model: ModelFingerprint) -> str:
+    name = model.name_or_path or "?"
+    return name if model.revision is None else f"{name}@{_short_hash(model.revision)}"
+
+
+def _origin_change(expected: ModelFingerprint, actual: ModelFingerprint) -> str | None:
+    """Where two sets of weights came from, when known and different: ``revision abc123 -> def456 of org/model`` (one
+    hub id at two commits), else ``org/a@abc123 -> org/b`` (None: neither side knows, or both say the same)."""
+    e, a = (expected.name_or_path, expected.revision), (actual.name_or_path, actual.revision)
+    if e == a or e == (None, None) or a == (None, None):
+        return None  # the same origin, or one trace recorded without it: the hashes say it
+    if e[0] == a[0] and e[1] is not None and a[1] is not None:
+        return f"revision {_short_hash(e[1])} -> {_short_hash(a[1])} of {e[0] or '?'}"
+    return f"{_origin(expected)} -> {_origin(actual)}"
+
+
 def _bare(value: JSONScalar) -> str:
     return "?" if value is None else str(value)
 
@@ -140,7 +156,9 @@ def stale_reasons(expected: GenerationTrace, actual: GenerationTrace, fingerprin
             merged = merge_note(em.adapters, am.adapters) is not None  # the same function: the values decide
             if em.dtype == am.dtype and em.weights_hash != am.weights_hash and not merged:
                 # Across dtypes the bytes differ by construction: dtype is an environment axis, listed with the rest.
-                changes.append(f"weights {_short_hash(em.weights_hash)} -> {_short_hash(am.weights_hash)}")
+                weights = f"weights {_short_hash(em.weights_hash)} -> {_short_hash(am.weights_hash)}"
+                origin = _origin_change(em, am)
+                changes.append(weights if origin is None else f"{weights} ({origin})")
         trained = em.recipe is not None and am.recipe is not None
         changes += adapter_changes(em.adapters, am.adapters, weights=not trained)
         if changes:

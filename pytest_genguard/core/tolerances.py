@@ -19,6 +19,7 @@ __all__ = [
     "FLOAT16",
     "FLOAT32",
     "LSE_ULPS",
+    "TIE_ULPS",
     "TOLERANCE_FIELDS",
     "TRAINING",
     "TRAINING_LOSS",
@@ -32,6 +33,7 @@ __all__ = [
     "dtype_default",
     "end_in_force",
     "resolve",
+    "rounding_epsilon",
     "same",
     "tolerances_for",
     "tolerances_in_force",
@@ -39,7 +41,8 @@ __all__ = [
 
 
 TOLERANCE_FIELDS = ("atol", "rtol", "tie_tol", "lse_ulps")
-"""The fields of `Tolerances` a user may set (ini options ``genguard_<field>``, the `genguard` marker, the CLI)."""
+"""The fields of `Tolerances` a user may set (ini options ``genguard_<field>``, the `genguard` marker); `genguard diff`
+sets `atol`, `rtol` and `tie_tol` only (no ``--lse-ulps``)."""
 
 
 class ToleranceArgs(TypedDict, total=False):
@@ -120,10 +123,16 @@ class Tolerances:
             return False
         return abs(a - b) <= self.allowed(a, b, rounding)
 
-    def near_tie(self, gap: float) -> bool:
+    def near_tie(self, gap: float, rounding: float = 0.0) -> bool:
         """Whether two tokens `gap` apart in logprob are a near tie: the one rule for a tolerated split, a fragile
-        step (`record()`'s summary, `genguard show`, the HTML report) and the failure text. NaN is never one."""
-        return self.tie_tol > 0 and gap <= self.tie_tol
+        step (`record()`'s summary, `genguard show`, the HTML report) and the failure text. NaN is never one.
+        `rounding` is the step's rounding unit in a reduced-precision trace (`rounding_epsilon` times the step's
+        |log-sum-exp|: one ulp of its logits); the gap may be `TIE_ULPS` of them larger."""
+        return self.tie_tol > 0 and gap <= self.tie_limit(rounding)
+
+    def tie_limit(self, rounding: float = 0.0) -> float:
+        """The largest gap `near_tie` accepts at a step whose rounding unit is `rounding`."""
+        return self.tie_tol + TIE_ULPS * rounding
 
     def __str__(self) -> str:
         text = f"atol {self.atol:g}, rtol {self.rtol:g}, tie_tol {self.tie_tol:g}"
@@ -143,6 +152,25 @@ allowance. Since 0.2 genguard computes logprobs in float64 (environment field ``
 `fixtures/cross_kernel` (docs/rule.md): float32-computed logprobs were up to 4.5 epsilons of |lse|
 off the float64 value (AVX2) and 2.5 apart from each other (AVX2 vs AVX-512); eight keep that noise at 30% of the
 allowance."""
+
+TIE_ULPS = 2.0
+"""How many rounding units (`rounding_epsilon` times the step's |log-sum-exp|) a near tie's gap may exceed
+`tie_tol` by, in a bfloat16 or float16 trace. A gap is a difference of two logits: the log-sum-exp's own rounding
+cancels in it, which is why it needs fewer units than a value (`LSE_ULPS`). Measured on SmolLM2-135M-Instruct in
+bfloat16 (`fixtures/real_model`, benchmarks/real_model.py): every split between the AVX-512, AVX2 and scalar kernel
+sets had a gap of at most 1.11 units; a rope-base bug (1e5 -> 1e4) split at 3.9, 8.6 and 12.6 units."""
+
+_REDUCED_EPSILONS = {"bfloat16": 2.0**-7, "float16": 2.0**-10}
+
+
+def rounding_epsilon(dtype: str | None) -> float:
+    """The machine epsilon the logits of a model run in `dtype` are rounded with, where it decides the comparison:
+    bfloat16 (2^-7) and float16 (2^-10). Their last layer writes its logits in that dtype, so each logit, and so each
+    logprob, carries an ulp at the scale of the logits (0.125 for a logit of 16-32 in bfloat16) however confident
+    the token; no atol/rtol band follows that. 0 for float32 and unknown dtypes: there the network's rounding is what
+    atol/rtol were measured on (docs/rule.md)."""
+    return _REDUCED_EPSILONS.get(canonical_dtype(dtype) or "", 0.0)
+
 
 FLOAT32 = Tolerances(atol=1e-6, rtol=1e-4, tie_tol=1e-3, lse_ulps=LSE_ULPS)
 FLOAT16 = Tolerances(atol=5e-3, rtol=5e-3, tie_tol=0.06, lse_ulps=LSE_ULPS)

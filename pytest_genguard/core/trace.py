@@ -17,7 +17,9 @@ JSON form (schema 1), chosen for review in a git diff:
   before, and readers that do not know it ignore it;
 - optional, written only when set (so other traces read byte for byte as before): a prompt's ``"messages"`` (the
   conversation, one message a line) and ``"from_ids": true``; the tokenizer's ``"chat_template"``; the model's
-  ``"adapters"`` block (PEFT adapters: see `pytest_genguard.core.adapters`).
+  ``"adapters"`` block (PEFT adapters: see `pytest_genguard.core.adapters`), ``"name_or_path"`` and ``"revision"``
+  (where it came from); ``"calibration"`` after the environment (what genguard's reference conversions of the model
+  cost: `pytest_genguard.hf.fidelity.calibrate`).
 """
 
 from __future__ import annotations
@@ -146,6 +148,12 @@ class ModelFingerprint:
     adapters: Mapping[str, JSONScalar] | None = None
     """A PEFT model's adapters (loaded, active, merged, disabled, each one's config and weights hash; see
     `pytest_genguard.core.adapters`); None for a model without adapters."""
+    name_or_path: str | None = field(default=None, compare=False)
+    """Where the model came from (``config._name_or_path``: a hub id as given, a local folder by its name), so a
+    stale message names it. Not the identity: two folders with the same weights are one model. None: unknown."""
+    revision: str | None = field(default=None, compare=False)
+    """The hub commit the weights were loaded at (``config._commit_hash``), so a stale message says which revision
+    changed. None: transformers does not know it (a local folder, a model built from a config)."""
 
     def short(self) -> str:
         return f"{self.model_type}/{self.weights_hash[:12]}"
@@ -185,6 +193,9 @@ class GenerationTrace:
     schema: int = SCHEMA_VERSION
     token_texts: Mapping[int, str] = field(default_factory=dict, compare=False)
     """Token strings of top-k ids that no step chose (the chosen ones are in the steps); for display only."""
+    calibration: Mapping[str, JSONScalar] = field(default_factory=dict, compare=False)
+    """What genguard's reference conversions of the recording model cost along these paths (``"int8.kld_mean"``:
+    `pytest_genguard.hf.fidelity.calibrate`), the scale of the fidelity presets; never compared."""
 
     def token_text(self, token_id: int) -> str | None:
         """The token string of `token_id` as far as this trace knows it (a chosen token or a stored alternative)."""
@@ -273,6 +284,7 @@ def dumps(trace: GenerationTrace) -> str:
     tokenizer = _tokenizer(trace.tokenizer) if trace.tokenizer else "null"
     prompts = "[\n" + ",\n".join(_prompt(p) for p in trace.prompts) + "\n  ]" if trace.prompts else "[]"
     texts = f',\n  "token_texts": {_texts(trace.token_texts)}' if trace.token_texts else ""
+    calibration = f'  "calibration": {mapping_text(trace.calibration, "  ")},\n' if trace.calibration else ""
     return (
         "{\n"
         f'  "schema": {SCHEMA_VERSION},\n'
@@ -280,6 +292,7 @@ def dumps(trace: GenerationTrace) -> str:
         f'  "model": {model},\n'
         f'  "tokenizer": {tokenizer},\n'
         f'  "environment": {mapping_text(trace.environment, "  ")},\n'
+        f"{calibration}"
         f'  "prompts": {prompts}{texts}\n'
         "}\n"
     )
@@ -304,7 +317,8 @@ def vars_of(obj: ModelFingerprint | TokenizerFingerprint) -> dict[str, JSONScala
     fields.pop("config", None)
     fields.pop("adapters", None)  # a mapping, written by `_model` on its own
     fields.pop("parts", None)  # a mapping, written by `_tokenizer` on its own
-    for optional in ("recipe", "chat_template", "adapters"):  # unset: left out, so older traces read as before
+    # Unset: left out, so older traces (and traces of models whose origin is unknown) keep their bytes.
+    for optional in ("recipe", "chat_template", "adapters", "name_or_path", "revision"):
         if fields.get(optional, "") is None:
             del fields[optional]
     if fields.get("hash_version") == 1:  # the first version: left out, as traces before the field wrote it
@@ -468,6 +482,8 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
             recipe=None if m.get("recipe") is None else r.str_(m["recipe"], "model.recipe"),
             config=None if m.get("config") is None else r.scalars(m["config"], "model.config"),
             adapters=None if m.get("adapters") is None else r.scalars(m["adapters"], "model.adapters"),
+            name_or_path=None if m.get("name_or_path") is None else r.str_(m["name_or_path"], "model.name_or_path"),
+            revision=None if m.get("revision") is None else r.str_(m["revision"], "model.revision"),
         )
     tokenizer = None
     if tok_raw is not None:
@@ -492,6 +508,7 @@ def loads(text: str, *, source: str = "<string>") -> GenerationTrace:
         tokenizer=tokenizer,
         environment=r.scalars(obj.get("environment", {}), "environment"),
         token_texts=_read_texts(r, obj.get("token_texts", {})),
+        calibration=r.scalars(obj.get("calibration", {}), "calibration"),
     )
 
 

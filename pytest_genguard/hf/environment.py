@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
 import platform
 import sys
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.environments import LOGPROBS_FIELD, SCORES_FIELD
+from pytest_genguard.core.environments import LIBRARY_FIELDS, LOGPROBS_FIELD, SCORES_FIELD
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.hf.fingerprint import has_parameters, model_dtype
 
@@ -108,6 +110,21 @@ def environment(
         fields["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
     if dev.type == "cuda":
         fields.update(_cuda_fields(t, dev))
+    return fields
+
+
+def training_libraries() -> dict[str, JSONScalar]:
+    """The installed releases of TRL and PEFT (`LIBRARY_FIELDS`), each only where it is importable, read from its
+    metadata without importing it: a recorder history's environment, so an upgrade that changes training is named
+    where the history changed instead of reading as an unexplained regression."""
+    fields: dict[str, JSONScalar] = {}
+    for name in LIBRARY_FIELDS:
+        if importlib.util.find_spec(name) is None:
+            continue
+        try:
+            fields[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # importable without metadata (a source checkout on the path)
+            continue
     return fields
 
 

@@ -11,20 +11,29 @@ definitions and the budgets are in `core/fidelity.py` and `core/budget.py`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.budget import Budget, FidelityReport, budget_of
-from pytest_genguard.core.fidelity import StepFidelity, bounded_step
+from pytest_genguard.core.budget import (
+    CALIBRATED_METRICS,
+    PRECISIONS,
+    Budget,
+    FidelityReport,
+    budget_of,
+    calibration_key,
+)
+from pytest_genguard.core.fidelity import StepFidelity, aggregate, bounded_step
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf._generation import token_texts
+from pytest_genguard.hf.reference_copies import reference_copy
 from pytest_genguard.hf.teacher import forced_logits
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["fidelity", "fidelity_steps"]
+__all__ = ["calibrate", "calibration_figures", "fidelity", "fidelity_steps"]
 
 _SHOWN = 5  # top-k of each side kept per step for the failure text
 
@@ -41,8 +50,11 @@ def fidelity(
 
     `budget` is a preset name (``"bf16"``, ``"fp16"``, ``"int8"``, ``"int4"``), a mapping of limits
     (``{"kld_mean": 1e-4}``) or a `Budget`; the report's `.holds` says whether the candidate kept it (True without
-    a budget). `reference_model` (the model the trace was recorded with, in process) makes every metric exact; without
-    it the KLD is a lower bound from the trace's recorded top-k, and the report says so.
+    a budget). A preset's limits are multiples of what genguard's own conversion of the reference model to that
+    precision costs (`calibrate`): taken from `reference` when it stores them, else measured on `reference_model`;
+    with neither, the preset's fixed limits apply and the report says so. `reference_model` (the model the trace
+    was recorded with, in process) makes every metric exact; without it the KLD is a lower bound from the trace's
+    recorded top-k, and the report says so.
     """
     if not isinstance(reference, GenerationTrace):
         raise TypeError(
@@ -50,6 +62,8 @@ def fidelity(
             f"got {type(reference).__name__}"
         )
     limits = budget_of(budget, where="fidelity()")
+    if limits is not None and limits.precision is not None and limits.ratios:
+        limits = limits.calibrated(_calibration(reference, limits.precision, reference_model, tokenizer))
     steps = fidelity_steps(model, tokenizer, reference, reference_model=reference_model)
     ids = {i for s in steps for i, _ in (*s.reference_top, *s.candidate_top)} | {s.token_id for s in steps}
     texts = token_texts(tokenizer, sorted(ids))
@@ -116,3 +130,52 @@ def fidelity_steps(
                 )
             )
     return out
+
+
+def _calibration(
+    reference: GenerationTrace, precision: str, reference_model: PreTrainedModel | None, tokenizer: Any
+) -> Mapping[str, Any] | None:
+    """The reference's calibration figures for `precision`: stored in it, else measured on `reference_model`."""
+    if calibration_key(precision, "kld_mean") in reference.calibration:
+        return reference.calibration
+    if reference_model is None:
+        return None
+    return calibration_figures(reference_model, tokenizer, reference, (precision,))
+
+
+def calibration_figures(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    precisions: Iterable[str] = PRECISIONS,
+) -> dict[str, float]:
+    """``{"bf16.kld_mean": ..., "bf16.kld_p99": ..., ...}``: what each reference copy
+    (`hf.reference_copies.reference_copy`) costs against `model` along `trace`'s paths, exactly (`trace` must have
+    been recorded with `model`)."""
+    out: dict[str, float] = {}
+    for precision in precisions:
+        candidate = reference_copy(model, precision)
+        metrics = aggregate(fidelity_steps(candidate, tokenizer, trace, reference_model=model))
+        del candidate
+        for key in CALIBRATED_METRICS:
+            out[calibration_key(precision, key)] = float(metrics[key])
+    return out
+
+
+def calibrate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    trace: GenerationTrace,
+    precisions: Iterable[str] = PRECISIONS,
+) -> GenerationTrace:
+    """`trace` with `model`'s calibration stored in it (``calibration``): what its own bf16, fp16, int8 and int4
+    conversions cost along `trace`'s paths, the scale of the fidelity presets wherever the trace is judged later (a
+    server, a GGUF, ``genguard fidelity``). One teacher-forced pass per precision (36 s for SmolLM2-135M's four)."""
+    if not isinstance(trace, GenerationTrace):
+        raise TypeError(f"calibrate(): trace must be a GenerationTrace, got {type(trace).__name__}")
+    for precision in precisions:
+        if precision not in PRECISIONS:
+            raise ValueError(f"calibrate(): unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    figures: dict[str, Any] = dict(trace.calibration)
+    figures.update(calibration_figures(model, tokenizer, trace, precisions))
+    return dataclasses.replace(trace, calibration=dict(sorted(figures.items())))

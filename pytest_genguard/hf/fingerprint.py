@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +18,7 @@ from pytest_genguard.hf import weights_watch
 from pytest_genguard.hf.adapters import adapter_identity
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # Config keys that change without the model changing: bookkeeping, the Trainer's use_cache write, dtype (recorded on
@@ -163,13 +165,23 @@ def weights_hash(model: PreTrainedModel, *, cached: bool = True) -> str:
     state and reused (`pytest_genguard.hf.weights_watch`): while no weight changed, a call costs a walk over the state
     dict and no read of the weights. `cached=False` hashes every weight now (and refreshes the cache).
     """
+    import torch
+
     state = model.state_dict(keep_vars=True)
-    if cached:
+    # Only plain tensors can be watched: torch's quantized modules (`quantize_dynamic`) keep their weights packed and
+    # write them into the state dict as a (weight, bias) tuple unpacked anew on every call, and a tensor subclass
+    # (torchao's Int8Tensor) keeps its data in inner tensors the watch does not see: such models are hashed anew.
+    plain = (torch.Tensor, torch.nn.Parameter)
+    watchable = all(type(t) in plain and not t.is_quantized for t in state.values())
+    if cached and watchable:
         digest = weights_watch.lookup(model, state)
         if digest is not None:
             return digest
     digest = state_dict_sha256(state)
-    weights_watch.remember(model, state, digest)
+    if watchable:
+        weights_watch.remember(model, state, digest)
+    else:
+        weights_watch.forget(model)
     return digest
 
 
@@ -184,15 +196,67 @@ def forget_weights(model: PreTrainedModel) -> None:
 
 def state_dict_sha256(state: Mapping[str, Any]) -> str:
     """The weights hash of a state dict: sha256 over its entries sorted by name, each as `name|dtype|shape|` and the
-    tensor's bytes. Reads every weight (copying each tensor to the host in turn)."""
+    tensor's bytes. Reads every weight (copying each tensor to the host in turn).
+
+    Quantized models write more than plain tensors: a quantized tensor is hashed by its integers and quantization
+    parameters, a tuple (a dynamically quantized Linear's packed ``(weight, bias)``) entry by entry as ``name.0``,
+    ``name.1``, a tensor subclass (torchao's ``Int8Tensor``, which has no bytes of its own to view) by its class,
+    its flattening context and its inner tensors (``__tensor_flatten__``: ``name.qdata``, ``name.scale``, ...),
+    anything else (a ``None`` bias, the ``torch.qint8`` dtype) by its repr."""
+    digest = hashlib.sha256()
+    for name, value in sorted(state.items()):
+        _hash_entry(digest, name, value)
+    return digest.hexdigest()
+
+
+def _hash_entry(digest: Any, name: str, value: Any) -> None:
     import torch
 
-    digest = hashlib.sha256()
-    for name, tensor in sorted(state.items()):
-        t = tensor.detach().to("cpu").contiguous()
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            _hash_entry(digest, f"{name}.{i}", item)
+    elif not isinstance(value, torch.Tensor):
+        digest.update(f"{name}|{value!r}|".encode())
+    elif value.is_quantized:
+        _hash_quantized(digest, name, value.detach().to("cpu"))
+    elif type(value) not in (torch.Tensor, torch.nn.Parameter) and hasattr(value, "__tensor_flatten__"):
+        inner, context = value.__tensor_flatten__()
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+        digest.update(f"{name}|{kind}|{value.dtype}|{tuple(value.shape)}|{_context_text(context)}|".encode())
+        for part in inner:
+            _hash_entry(digest, f"{name}.{part}", getattr(value, part))
+    else:
+        t = value.detach().to("cpu").contiguous()
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy())  # the buffer itself: no copy of every weight
-    return digest.hexdigest()
+        digest.update(_buffer(t))
+
+
+def _context_text(context: Any) -> str:
+    """A tensor subclass's flattening context (block size, dtype, flags) as text; an object's address is dropped
+    (it differs from run to run, the value does not)."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(context))
+
+
+def _buffer(t: torch.Tensor) -> Any:
+    """A tensor's bytes, read in place (no copy of every weight)."""
+    import torch
+
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+def _hash_quantized(digest: Any, name: str, t: torch.Tensor) -> None:
+    """A quantized tensor: its scheme, scale(s) and zero point(s), then its integers (`int_repr`)."""
+    import torch
+
+    scheme = t.qscheme()
+    digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}|{scheme}|".encode())
+    if scheme in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        digest.update(f"{t.q_scale()!r}|{t.q_zero_point()}|".encode())
+    else:
+        digest.update(f"axis {t.q_per_channel_axis()}|".encode())
+        digest.update(_buffer(t.q_per_channel_scales().to(torch.float64)))
+        digest.update(_buffer(t.q_per_channel_zero_points().to(torch.int64)))
+    digest.update(_buffer(t.int_repr()))
 
 
 # What a model known by its files (optimum's ONNX Runtime / OpenVINO classes) computes with; not its config or
@@ -228,6 +292,17 @@ def files_weights_hash(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def parameter_count(model: PreTrainedModel) -> int:
+    """The model's parameters, and the weights torch's quantized modules pack outside them (`quantize_dynamic`'s
+    Linear keeps its weight and bias in ``_packed_params``, read through its ``weight()`` and ``bias()`` methods)."""
+    count = sum(p.numel() for p in model.parameters())
+    for module in model.modules():
+        if hasattr(module, "_packed_params") and callable(getattr(module, "weight", None)):
+            bias = module.bias() if callable(getattr(module, "bias", None)) else None
+            count += module.weight().numel() + (0 if bias is None else bias.numel())
+    return int(count)
+
+
 def model_dtype(model: PreTrainedModel) -> str:
     """The floating dtype of the parameters, as 'float32' / 'bfloat16' / 'float16' (for a model without parameters:
     its config's dtype, float32 when unset)."""
@@ -254,12 +329,28 @@ def model_fingerprint(model: PreTrainedModel) -> ModelFingerprint:
         model_type=str(getattr(model.config, "model_type", type(model).__name__)),
         config_hash=_config_digest(config),
         weights_hash=weights_hash(model) if folder is None else files_weights_hash(folder),
-        num_parameters=sum(p.numel() for p in model.parameters()) if folder is None else 0,
+        num_parameters=parameter_count(model) if folder is None else 0,
         dtype=model_dtype(model),
         recipe=_recipe(model),
         config=config,
         adapters=adapter_identity(model),
+        name_or_path=_name_or_path(model.config),
+        revision=_optional_text(getattr(model.config, "_commit_hash", None)),
     )
+
+
+def _optional_text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _name_or_path(config: Any) -> str | None:
+    """``config._name_or_path`` as given for a hub id; a local folder by its name only (its full path differs from
+    machine to machine, and would make every re-recorded snapshot differ by it). None when empty."""
+    name = _optional_text(getattr(config, "_name_or_path", None))
+    if name is None:
+        return None
+    path = Path(name)
+    return (path.name or name) if path.is_dir() else name
 
 
 def _recipe(model: PreTrainedModel) -> str | None:

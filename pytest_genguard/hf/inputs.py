@@ -41,14 +41,24 @@ _CONTEXT_ATTRIBUTES = ("n_positions", "max_position_embeddings", "n_ctx", "max_s
 def check_top_k(top_k: int, model: PreTrainedModel) -> None:
     """record()'s top_k (alternatives recorded per step) within the scores the model gives: an error rather than
     a silent clamp, so the trace records what the test asked for."""
-    embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    weight = getattr(embeddings, "weight", None)
-    vocab = int(weight.shape[0]) if weight is not None else getattr(model.config, "vocab_size", None)
+    vocab = _scored_tokens(model)
     if isinstance(vocab, int) and top_k > vocab:
         raise ValueError(
             f"record(): top_k={top_k} alternatives per step, but the model scores {vocab} tokens; pass top_k <= "
             f"{vocab} (a sampling top-k goes in generation_config, where transformers clamps it to the vocabulary)."
         )
+
+
+def _scored_tokens(model: PreTrainedModel) -> Any:
+    """How many tokens the output layer scores: its `out_features` (a Linear, also torch's dynamically quantized one,
+    whose `weight` is a method), else its weight's rows, else the config's `vocab_size`."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    width = getattr(head, "out_features", None)
+    if isinstance(width, int):
+        return width
+    weight = getattr(head, "weight", None)
+    shape = getattr(weight, "shape", None)
+    return int(shape[0]) if shape else getattr(model.config, "vocab_size", None)
 
 
 # generate() keywords record() makes itself from the prompts (passed again: "got multiple values for keyword").

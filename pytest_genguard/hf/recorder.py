@@ -33,6 +33,7 @@ from pytest_genguard.core.history import Checkpoint, RecorderHistory
 from pytest_genguard.core.repetition import find_repetition
 from pytest_genguard.hf import prompt_forms
 from pytest_genguard.hf._generation import decoding
+from pytest_genguard.hf.environment import training_libraries
 from pytest_genguard.hf.inputs import check_seeded
 from pytest_genguard.hf.prompt_forms import Form
 from pytest_genguard.hf.record import generate_from_ids, record
@@ -231,6 +232,7 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
             trace = self._generate(model, tokenizer, rows)
         if self._identity is not None and trace.model is not None and trace.model.recipe is None:
             trace = replace(trace, model=replace(trace.model, recipe=self._identity))
+        trace = replace(trace, environment={**trace.environment, **training_libraries()})
         epoch = float(state.epoch) if state.epoch is not None else None
         self.history.append(
             Checkpoint(

@@ -35,7 +35,14 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["EngineLogits", "Preference", "forced_logits", "teacher_force", "teacher_force_with_preferences"]
+__all__ = [
+    "EngineLogits",
+    "Preference",
+    "forced_logits",
+    "per_call_quantization",
+    "teacher_force",
+    "teacher_force_with_preferences",
+]
 
 EngineLogits = Callable[[GenerationTrace, int], "torch.Tensor"]
 """Another engine's forward pass (`pytest_genguard.engines`): the raw float32 logits ``[prompts, steps, vocab]``
@@ -161,6 +168,28 @@ def _takes_logits_to_keep(forward: Any) -> bool:
 @functools.lru_cache(maxsize=64)
 def _function_takes_logits_to_keep(function: Any) -> bool:
     return "logits_to_keep" in inspect.signature(function).parameters
+
+
+# torch's dynamically quantized modules (`torch.ao.quantization.quantize_dynamic`): Linear, LSTM, GRU, ...
+_DYNAMIC_QUANTIZED = "torch.ao.nn.quantized.dynamic."
+
+
+def per_call_quantization(model: Any) -> str | None:
+    """Why teacher forcing cannot give the values `generate()` gave on `model` (None when it can): torch's dynamically
+    quantized modules quantize their input with a range measured over each call's whole input, so one pass over a
+    whole path and one token a step round the activations differently (measured on the tiny llama: logprobs
+    differ by 3e-3 to 7e-3, past the float32 tolerance)."""
+    modules = getattr(model, "modules", None)
+    if not callable(modules):
+        return None
+    found = next((m for m in modules() if type(m).__module__.startswith(_DYNAMIC_QUANTIZED)), None)
+    if found is None:
+        return None
+    return (
+        f"the model has dynamically quantized modules ({type(found).__module__}.{type(found).__name__}, "
+        "torch.ao.quantization.quantize_dynamic), which quantize activations with a range over each call's input: "
+        "a teacher-forced pass cannot give what generate() gave step by step"
+    )
 
 
 def forced_logits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace) -> torch.Tensor:

@@ -15,7 +15,8 @@ Semantics, chosen on purpose:
 - sampled traces: the recorded (sampled) tokens are kept; the chosen tokens' raw logprobs and processed scores are
   compared (a token that a processor now masks gets score -inf, a regression).
 - beam-search traces (``settings["mode"] == "beam"``) cannot be teacher forced step by step (beams reorder); verify()
-  falls back to re-generation with `record()` and says so with a `VerifyFallbackWarning`.
+  falls back to re-generation with `record()` and says so with a `VerifyFallbackWarning`; so does a model with
+  dynamically quantized modules (`teacher.per_call_quantization`), whose activations are quantized per call.
 - traces recorded with custom logits processors (``settings["logits_processor"]``, their class names) need the same
   processors passed to verify(): a trace holds their names, not the objects, so verify() raises ValueError rather
   than teacher force without them (which would call every re-ranked step a regression).
@@ -40,7 +41,7 @@ from pytest_genguard.hf import prompt_forms
 from pytest_genguard.hf._generation import SETTING_KEYS, int_setting, processor_names
 from pytest_genguard.hf.decoding_settings import other_settings
 from pytest_genguard.hf.record import record
-from pytest_genguard.hf.teacher import Preference, teacher_force_with_preferences
+from pytest_genguard.hf.teacher import Preference, per_call_quantization, teacher_force_with_preferences
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -80,13 +81,14 @@ def verify(
         )
     custom = _custom_processors(trace, logits_processor)
     others = sorted(other_settings(trace.settings))
-    regenerated = trace.settings.get("mode") == "beam" or bool(others)
+    per_call = per_call_quantization(model)
+    regenerated = trace.settings.get("mode") == "beam" or bool(others) or per_call is not None
     preferences: tuple[Preference, ...] = ()
     if regenerated:
         why = (
             "beam-search traces cannot be teacher forced (beams are reordered at every step)"
             if trace.settings.get("mode") == "beam"
-            else f"teacher forcing does not re-apply the trace's settings {', '.join(others)}"
+            else per_call or f"teacher forcing does not re-apply the trace's settings {', '.join(others)}"
         )
         warnings.warn(
             f"verify(): {why}; re-generating with record() instead, which is as slow as recording.",

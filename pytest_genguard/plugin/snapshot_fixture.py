@@ -367,7 +367,7 @@ class GenguardSnapshot:
         self,
         model: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
-        prompts: str | list[str] | None = None,
+        prompts: Any = None,
         *,
         max_new_tokens: int | None = None,
         top_k: int = 5,

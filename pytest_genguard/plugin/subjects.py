@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pytest_genguard.core import events, validation
+from pytest_genguard.core import events
 from pytest_genguard.core.bisect_hint import with_bisect_hint
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
@@ -19,8 +19,8 @@ from pytest_genguard.core.review import accepted_changes
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
-from pytest_genguard.hf.decoding_settings import other_settings, requested_other_settings
-from pytest_genguard.hf.record import SETTING_KEYS
+from pytest_genguard.hf import prompt_forms
+from pytest_genguard.hf.decoding_settings import other_settings, requested_known_settings, requested_other_settings
 from pytest_genguard.hf.verify import verify
 from pytest_genguard.plugin.snapshot import GenguardSnapshotExtension
 
@@ -94,7 +94,8 @@ class Value:
 class Recording:
     """The record() arguments a verify() call was given (none: it cannot record)."""
 
-    prompts: str | list[str] | None
+    prompts: Any
+    """As record() takes them: text, token ids, conversations (None: it cannot record)."""
     max_new_tokens: int | None
     top_k: int
     seed: int | None
@@ -116,19 +117,28 @@ class Recording:
         )
         return trace
 
-    def requested(self, stored: GenerationTrace, setting_keys: tuple[str, ...], model: Any) -> GenerationTrace:
+    def requested(self, stored: GenerationTrace, model: Any, tokenizer: Any) -> GenerationTrace:
         """The stored trace with the prompts and settings this call asks for, to detect changed test arguments
-        (`model`'s generation config is what record() starts from)."""
-        prompt_list = validation.prompt_list(self.prompts, where="genguard_snapshot.verify()")
+        (`model`'s generation config is what record() starts from). The prompts are encoded as record() encodes
+        them (texts, token ids, conversations with ``chat_template_kwargs``), so each is found by the text the trace
+        keeps for it."""
+        where = "genguard_snapshot.verify()"
+        kwargs = dict(self.generate_kwargs)
+        texts, forms = prompt_forms.checked(self.prompts, where=where)
+        chat: dict[str, Any] = {}
+        if forms is not None:
+            template = prompt_forms.chat_kwargs(kwargs.pop(prompt_forms.CHAT_SETTING, None), forms, where=where)
+            encoded = prompt_forms.encode(tokenizer, forms, template, where=where)
+            texts, chat = encoded.texts, encoded.settings
         by_text = {p.prompt: p for p in stored.prompts}
-        new_prompts = tuple(by_text.get(text, PromptTrace(text, (), (), "length")) for text in prompt_list)
+        new_prompts = tuple(by_text.get(text, PromptTrace(text, (), (), "length")) for text in texts)
         stored_others = other_settings(stored.settings)
-        changed = {k: v for k, v in stored.settings.items() if k not in stored_others}
-        changed.update(requested_other_settings(model.generation_config, self.generate_kwargs))
+        kept = (k for k in stored.settings if k not in stored_others and k != prompt_forms.CHAT_SETTING)
+        changed = {k: stored.settings[k] for k in kept}
+        changed.update(requested_other_settings(model.generation_config, kwargs))
         changed.update({"max_new_tokens": self.max_new_tokens, "record_top_k": self.top_k, "seed": self.seed})
-        changed.update(
-            {k: v for k, v in self.generate_kwargs.items() if k in setting_keys and isinstance(v, (int, float, str))}
-        )
+        changed.update(requested_known_settings(model.generation_config, kwargs))
+        changed.update(chat)
         return dataclasses.replace(stored, prompts=new_prompts, settings=changed)
 
 
@@ -174,9 +184,8 @@ class Verified:
                 **self.overrides.args(),
             )
         if self.recording.can_record and cmp.verdict is not Verdict.STALE:
-            changed = compare(
-                expected, self.recording.requested(expected, SETTING_KEYS, self.model), **self.overrides.args()
-            )
+            requested = self.recording.requested(expected, self.model, self.tokenizer)
+            changed = compare(expected, requested, **self.overrides.args())
             if changed.verdict is Verdict.STALE:
                 cmp = dataclasses.replace(cmp, verdict=Verdict.STALE, stale_reasons=changed.stale_reasons)
         refused = self.refusal(cmp.actual, "the model's output", source)  # NaN would equal NaN: never "identical"

@@ -27,7 +27,7 @@ from pytest_genguard.core.compare import Fingerprints, compare, step_scale
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.environments import logprobs_epsilon
 from pytest_genguard.core.errors import ServerStale
-from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_UNPROVEN, EXIT_WITHIN, gate_line
+from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, gate_line
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Verdict
@@ -42,6 +42,7 @@ __all__ = [
     "EXIT_REGRESSION",
     "EXIT_STALE",
     "EXIT_UNPROVEN",
+    "EXIT_USAGE",
     "UNCAPPED_LOGPROBS",
     "CheckOptions",
     "Judged",

@@ -16,6 +16,7 @@ from pytest_genguard.core.compare import compare
 from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.history import Checkpoint, RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.core.verdict import Verdict
+from pytest_genguard.hf.environment import training_libraries
 from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.recipe import Collator, Recipe, examples_for
 from pytest_genguard.hf.record import record
@@ -159,7 +160,10 @@ def test_the_tokenizer_comes_from_the_constructor_or_the_callback_kwargs(
     plain = record(model, tokenizer, PROMPTS, max_new_tokens=3)
     assert plain.model is not None
     identity = training_identity(model, tokenizer, hook_args)
-    assert recorder.history[0].trace == replace(plain, model=replace(plain.model, recipe=identity))
+    environment = {**plain.environment, **training_libraries()}  # a history names TRL and PEFT too
+    assert recorder.history[0].trace == replace(
+        plain, model=replace(plain.model, recipe=identity), environment=environment
+    )
     assert recorder.history[0].loss == 3.5  # the latest training loss, not the eval loss
 
 
@@ -228,7 +232,7 @@ def test_recording_in_train_mode_uses_eval_mode_and_restores_train_mode(hook_arg
     recorder = GenerationRecorder(PROMPTS, every_n_steps=1, max_new_tokens=8, tokenizer=tokenizer)
     recorder.on_step_end(hook_args, _state(1), TrainerControl(), model=model)
     assert model.training
-    assert recorder.history[0].trace == expected
+    assert recorder.history[0].trace == replace(expected, environment={**expected.environment, **training_libraries()})
     with torch.no_grad():  # negative control: in train mode dropout changes the logits
         ids = tokenizer(PROMPTS[0], return_tensors="pt")["input_ids"]
         assert not torch.equal(model(ids).logits, model(ids).logits)

@@ -1,4 +1,4 @@
-"""The CI workflows and the CUDA Dockerfile are checked like code.
+"""The CI workflows, the composite action (action.yml), .ci/run and the CUDA Dockerfile are checked like code.
 
 Each linter runs on the committed files (check-jsonschema, zizmor, hadolint, all in the ``test``
 extra); the rules they do not know about (SHA pins, no expressions in shell scripts, the gate's
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from readme_blocks import section as readme_section
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -24,8 +25,13 @@ GPU = WORKFLOWS / "gpu.yml"
 UPSTREAM = WORKFLOWS / "upstream.yml"
 DOCKERFILE = ROOT / "Dockerfile.cuda"
 DOCKERIGNORE = ROOT / ".dockerignore"
+CI_RUN = ROOT / ".ci" / "run"
+ACTION = ROOT / "action.yml"
 
 FULL_SHA = re.compile(r"^[^@\s]+@[0-9a-f]{40}$")
+PIPEFAIL = re.compile(r"^\s*set\s+-[a-z]*o\s+pipefail\b", re.M)
+# A pipe into a reader that can stop before the writer is done: grep -q/-m exits at its first match, head after N lines.
+EARLY_READER = re.compile(r"(?<!\|)\|(?!\|)\s*(grep\s+(-[a-zA-Z]*[qm]|--quiet|--silent|--max-count)|head\b)")
 TIMEOUT_S = 120
 
 
@@ -105,16 +111,21 @@ def test_workflow_matches_the_github_workflow_schema(workflow: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_zizmor_finds_no_high_severity_issue_in_the_workflows() -> None:
-    result = _run(_tool("zizmor"), "--offline", "--no-progress", "--format", "json", str(WORKFLOWS))
+def _zizmor_high(*paths: Path) -> list[str]:
+    """zizmor's high-severity findings in the workflows or actions at `paths`."""
+    result = _run(_tool("zizmor"), "--offline", "--no-progress", "--format", "json", *map(str, paths))
     # zizmor exits non-zero whenever it has findings; 1 and 2 are its own failures (bad input).
     assert result.returncode not in (1, 2), result.stderr
     findings = json.loads(result.stdout)
-    high = [
+    return [
         f"{finding['ident']}: {finding['desc']}"
         for finding in findings
         if finding["determinations"]["severity"] == "High"
     ]
+
+
+def test_zizmor_finds_no_high_severity_issue_in_the_workflows_and_the_action() -> None:
+    high = _zizmor_high(WORKFLOWS, ACTION)
     assert not high, "zizmor high-severity findings:\n" + "\n".join(high)
 
 
@@ -230,3 +241,123 @@ def test_cuda_dockerfile_runs_the_gpu_suite_as_a_non_root_user_with_deterministi
 def test_docker_build_context_leaves_out_local_state() -> None:
     ignored = set(DOCKERIGNORE.read_text(encoding="utf-8").split())
     assert {".git", ".venv", "artifacts"} <= ignored
+
+
+def early_exit_pipes(script: str) -> list[str]:
+    """The lines of a bash `script` under `set -o pipefail` that pipe into a reader that may exit early: the writer then
+    dies of a broken pipe now and then, and the pipeline fails at random (.ci/run skipped kernel-set legs so)."""
+    if not PIPEFAIL.search(script):
+        return []
+    lines = (line.strip() for line in script.splitlines())
+    return [line for line in lines if not line.startswith("#") and EARLY_READER.search(line)]
+
+
+def _ci_function(name: str) -> str:
+    """The text of a bash function of .ci/run (from `name() {` to its closing brace at the line start)."""
+    found = re.search(rf"^{name}\(\) \{{.*?^\}}$", CI_RUN.read_text(encoding="utf-8"), re.M | re.S)
+    assert found, f".ci/run defines no {name}()"
+    return found.group(0)
+
+
+def test_ci_run_pipes_into_no_reader_that_exits_early() -> None:
+    found = early_exit_pipes(CI_RUN.read_text(encoding="utf-8"))
+    assert not found, f".ci/run runs under pipefail: capture the output first, then test it: {found}"
+
+
+def test_the_early_exit_check_finds_the_kernel_set_pipe_that_skipped_legs() -> None:
+    # Negative control: the line that skipped legs at random, in a script under pipefail, is found; without pipefail a
+    # pipeline's status is its last command's, and the same line is harmless.
+    bad = '  if ! "$PY" tests/support/kernel_sets.py | grep -qx "$kernels"; then'
+    assert early_exit_pipes(f"set -euo pipefail\n{bad}\n") == [bad.strip()]
+    assert early_exit_pipes(f"set -eu\n{bad}\n") == []
+    assert early_exit_pipes('set -euo pipefail\ngrep -q x <<<"$out" || grep -qx y <<<"$out"\n# | grep -q\n') == []
+
+
+@pytest.mark.parametrize(
+    ("tests", "passed"),
+    [("def test_a(): pass\ndef test_b(): pass\n", 2), ("import pytest\n@pytest.mark.skip\ndef test_a(): pass\n", 0)],
+    ids=["two-pass", "all-skipped"],
+)
+def test_a_kernel_set_leg_counts_the_tests_pytest_says_passed(tmp_path: Path, tests: str, passed: int) -> None:
+    # The kernel-set legs fail when no test passed: .ci/run's passed_in() reads the count from pytest's real summary.
+    (tmp_path / "test_leg.py").write_text(tests, encoding="utf-8")
+    log = tmp_path / "log"
+    pytest_run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_leg.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    log.write_text(pytest_run.stdout, encoding="utf-8")
+    counted = _run("bash", "-c", f'{_ci_function("passed_in")}\npassed_in "$1"', "bash", str(log))
+    assert counted.returncode == 0, counted.stderr
+    assert counted.stdout.strip() == str(passed), pytest_run.stdout
+
+
+def _action_steps() -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = _load(ACTION)["runs"]["steps"]
+    return steps
+
+
+def test_the_action_matches_the_github_action_schema(tmp_path: Path) -> None:
+    result = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(ACTION))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Negative control: a composite action's run step without its `shell:` is refused.
+    broken = tmp_path / "action.yml"
+    broken.write_text(ACTION.read_text(encoding="utf-8").replace("      shell: bash\n", "", 1), encoding="utf-8")
+    refused = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-actions", str(broken))
+    assert refused.returncode != 0
+
+
+def test_zizmor_reads_the_action_an_expression_in_its_script_is_a_finding(tmp_path: Path) -> None:
+    # Negative control of the zizmor test above: it audits the action, and an input pasted into a script is found.
+    text = ACTION.read_text(encoding="utf-8")
+    injected = text.replace('python -m pytest "$TEST_PATH"', "python -m pytest ${{ inputs.test-path }}")
+    assert injected != text
+    (tmp_path / "action.yml").write_text(injected, encoding="utf-8")
+    assert any(finding.startswith("template-injection") for finding in _zizmor_high(tmp_path / "action.yml"))
+
+
+def test_every_step_of_the_action_is_pinned_and_takes_its_values_through_env() -> None:
+    steps = _action_steps()
+    uses = [step["uses"] for step in steps if "uses" in step]
+    assert uses, "action.yml uses no actions at all"
+    unpinned = [ref for ref in uses if not FULL_SHA.match(ref)]
+    assert not unpinned, f"pin these to a 40-character commit SHA in action.yml: {unpinned}"
+    expanded = [step["run"] for step in steps if "${{" in step.get("run", "")]
+    assert not expanded, f"action.yml expands expressions inside run: {expanded}"
+
+
+def test_the_action_installs_cpu_torch_then_genguard_from_its_checkout_and_uploads_the_report() -> None:
+    data = _load(ACTION)
+    assert data["runs"]["using"] == "composite"
+    assert data["inputs"]["torch-index-url"]["default"] == "https://download.pytorch.org/whl/cpu"
+    assert {"test-path", "python-version", "torch", "torch-index-url", "report-name"} <= set(data["inputs"])
+    steps = _action_steps()
+    scripts = [step.get("run", "") for step in steps]
+    torch_step = next(i for i, run in enumerate(scripts) if '--index-url "$TORCH_INDEX_URL"' in run)
+    genguard_step = next(i for i, run in enumerate(scripts) if 'pip install "$GENGUARD"' in run)
+    test_step = next(i for i, run in enumerate(scripts) if "python -m pytest" in run)
+    assert torch_step < genguard_step < test_step, "CPU torch first, then genguard, then the tests"
+    assert steps[genguard_step]["env"]["GENGUARD"] == "${{ github.action_path }}"
+    assert '"$TEST_PATH"' in scripts[test_step] and '--genguard-report "$REPORT"' in scripts[test_step]
+    assert steps[test_step]["env"]["TEST_PATH"] == "${{ inputs.test-path }}"
+    (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert upload["with"]["path"] == steps[test_step]["env"]["REPORT"], "the report the tests write is uploaded"
+    assert upload["with"]["name"] == "${{ inputs.report-name }}"
+    assert upload["if"] == "${{ !cancelled() }}", "the report matters most when the tests failed"
+    assert steps.index(upload) > test_step
+
+
+def test_the_readme_uses_the_action_with_inputs_it_has(tmp_path: Path) -> None:
+    language, workflow = readme_section("action")
+    assert language == "yaml"
+    path = tmp_path / "generation.yml"
+    path.write_text(workflow, encoding="utf-8")
+    result = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (step,) = [s for s in _steps(_load(path)) if s.get("uses", "").split("@")[0].endswith("/pytest-genguard")]
+    unknown = set(step.get("with", {})) - set(_load(ACTION)["inputs"])
+    assert not unknown, f"README passes inputs action.yml does not have: {sorted(unknown)}"

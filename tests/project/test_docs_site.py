@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import pytest_genguard
+from pytest_genguard import engines, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 API = ROOT / "docs" / "api.md"
@@ -77,9 +78,20 @@ def test_an_api_reference_to_a_missing_name_fails_the_build(copy: Path) -> None:
 
 def test_the_api_page_documents_every_public_name() -> None:
     documented = re.findall(r"^::: pytest_genguard\.([\w.]+)$", API.read_text(encoding="utf-8"), re.M)
-    names = {path.rsplit(".", 1)[-1] for path in documented if not path.startswith("plugin.")}
+    # The servers' and engines' names are exported by their subpackages (and checked below), the fixture's object by
+    # no package.
+    own = ("plugin.", "serving.", "engines.")
+    names = {path.rsplit(".", 1)[-1] for path in documented if not path.startswith(own)}
     public = set(pytest_genguard.__all__) - {"__version__"}
     assert names == public, (
         f"docs/api.md lacks {sorted(public - names)} and documents {sorted(names - public)} that pytest_genguard "
         "does not export: one `::: pytest_genguard.<module>.<name>` line per exported name"
     )
+    for package, entry_points in ((serving, {"record_server", "Endpoint"}), (engines, {"engine"})):
+        exported = set(package.__all__)
+        prefix = package.__name__.removeprefix("pytest_genguard.")
+        names = {path.rsplit(".", 1)[-1] for path in documented if path.startswith(f"{prefix}.")}
+        assert entry_points <= names <= exported, (
+            f"docs/api.md must document {sorted(entry_points)} of {package.__name__}, and only names it exports: "
+            f"{sorted(names - exported)}"
+        )

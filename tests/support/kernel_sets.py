@@ -3,6 +3,7 @@ under another one is how one machine tests what another CPU would compute."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,5 +38,13 @@ def params(*kernel_sets: str) -> list[object]:
     ]
 
 
-if __name__ == "__main__":  # .ci/run: the kernel sets this CPU can run, one per line
-    print("\n".join(k for k in _NEEDS if supported(k)))
+def missing(kernel_set: str) -> list[str]:
+    """The CPU flags `kernel_set` needs that this CPU lacks (what .ci/run prints for a leg it cannot run)."""
+    return sorted(_NEEDS[kernel_set] - _cpu_flags())
+
+
+if __name__ == "__main__":  # .ci/run: the kernel sets this CPU can run, one per line; --missing SET: the flags it lacks
+    if sys.argv[1:2] == ["--missing"]:
+        print(" ".join(missing(sys.argv[2])) or "(none)")
+    else:
+        print("\n".join(k for k in _NEEDS if supported(k)))
