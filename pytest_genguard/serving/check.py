@@ -224,6 +224,7 @@ def _lines(result: Judged) -> Iterator[str]:
             f"{report.status.upper()} {label}: budget {report.budget.name}, KLD mean {m['kld_mean']:.3g}, "
             f"max {m['kld_max']:.3g}{'' if report.exact else ' (lower bounds)'}; {dtype_note}"
         )
+        yield f"  budget {report.budget}"  # its limits, and what they are relative to
         yield f"  {gate_line(report)}"
         if report.status == "outside":
             yield "  " + str(report).replace("\n", "\n  ")

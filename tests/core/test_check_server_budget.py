@@ -103,3 +103,28 @@ def test_another_tokenizer_is_stale_under_a_budget_too(tmp_path: Path, capsys: p
     with serving(r):
         assert cli.main(["check-server", r.url, str(path), "--budget", "bf16"]) == 3
     assert f"STALE {path}" in capsys.readouterr().out
+
+
+# What the served model's own bf16 cast costs along its snapshot's paths (hf.fidelity.calibrate on the 4 prompts of
+# tests/serving's served_trace, exact, rounded): a snapshot that stores it has the bf16 preset at its scale.
+CALIBRATION = {
+    "bf16.kld_max": 0.0037,
+    "bf16.kld_mean": 0.00051,
+    "bf16.kld_p90": 0.00092,
+    "bf16.kld_p99": 0.0027,
+    "bf16.top1_agreement": 0.96,
+}
+
+
+def test_a_calibrated_snapshot_puts_the_bf16_preset_at_its_models_scale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calibrated = snapshot_file(tmp_path, "calibrated.genguard", calibration=CALIBRATION)
+    with serving(served(BF16, cap=5)) as r:
+        assert cli.main(["check-server", r.url, str(calibrated), "--budget", "bf16"]) == 4
+        out = capsys.readouterr().out
+        assert "relative to the reference model's own bf16 conversion" in out and "unproven (exit 4)" in out
+        # the negative control: the same server, the snapshot without its calibration (the fixed limits)
+        plain = snapshot_file(tmp_path, "plain.genguard")
+        assert cli.main(["check-server", r.url, str(plain), "--budget", "bf16"]) == 1
+        assert "fixed limits: the reference has no calibration figures for bf16" in capsys.readouterr().out

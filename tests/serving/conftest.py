@@ -48,6 +48,19 @@ def served_trace() -> Any:
 
 
 @pytest.fixture(scope="session")
+def calibrated_trace(served_trace: Any) -> Any:
+    """The served model's snapshot with its own bf16 cast's cost stored (`calibrate`): the scale of the bf16 preset
+    wherever the snapshot is judged (the deploy gate's server)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pytest_genguard.hf.fidelity import calibrate
+
+    model = AutoModelForCausalLM.from_pretrained(served_model.MODEL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(served_model.MODEL_DIR)
+    return calibrate(model.eval(), tokenizer, served_trace, precisions=("bf16",))
+
+
+@pytest.fixture(scope="session")
 def other_trace() -> Any:
     """A snapshot of another model, with another tokenizer."""
     return served_model.snapshot(*served_model.other_model())

@@ -1,7 +1,8 @@
-"""The deploy gate on real vLLM servers of the served tiny model: a bfloat16 server fails the float rule and is judged
-by a fidelity budget instead (with --concurrency and --write-trace, the written trace giving the same verdict under
-`genguard fidelity`); a bfloat16 server with a wrong norm epsilon is outside it; `pytest --genguard-server` under a
-fidelity marker passes the first and fails the second."""
+"""The deploy gate on real vLLM servers of the served tiny model, its snapshot calibrated (its own bf16 cast's cost
+stored, so the bf16 preset is at its scale): a bfloat16 server fails the float rule and holds ``--budget bf16`` (with
+--concurrency and --write-trace, the written trace giving the same verdict under `genguard fidelity`); a bfloat16
+server with a wrong norm epsilon is outside it; `pytest --genguard-server` under ``fidelity="bf16"`` passes the first
+and fails the second."""
 
 from __future__ import annotations
 
@@ -17,11 +18,6 @@ from pytest_genguard.core.files import atomic_write_text
 
 pytestmark = pytest.mark.vllm
 
-# The bf16 preset (kld_mean 1e-4) was measured on in-process casts of the pinned fine-tuned tiny llama; the served
-# tiny llama's logits are scaled 24x (served_model.SHARPEN), and its replayed real bf16 server is above that mean on the
-# lower bound alone (2.6e-4). Its budget is at its own scale until the per-model budgets land.
-SERVED_BF16 = "kld_mean=1e-3,kld_p99=3e-3,kld_max=4e-3"
-
 
 def genguard(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -30,20 +26,20 @@ def genguard(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture
-def snapshot_file(served_trace: Any, tmp_path: Path) -> Path:
+def snapshot_file(calibrated_trace: Any, tmp_path: Path) -> Path:
     path = tmp_path / "__snapshots__" / "served.genguard"
-    atomic_write_text(path, served_trace.to_json())
+    atomic_write_text(path, calibrated_trace.to_json())
     return path
 
 
-def test_the_bfloat16_server_fails_the_float_rule_and_holds_its_budget(
-    snapshot_file: Path, servers: dict[str, Any], tmp_path: Path, record_property: Any
+def test_the_bfloat16_server_fails_the_float_rule_and_holds_the_bf16_budget(
+    snapshot_file: Path, served_trace: Any, servers: dict[str, Any], tmp_path: Path, record_property: Any
 ) -> None:
     url = servers["bfloat16"].url
     rule = genguard("check-server", url, str(snapshot_file))
     assert rule.returncode == 1 and "--budget bf16" in rule.stdout, rule.stdout + rule.stderr
     written = tmp_path / "server-traces"
-    argv = ["check-server", url, str(snapshot_file), "--budget", SERVED_BF16, "--concurrency", "4"]
+    argv = ["check-server", url, str(snapshot_file), "--budget", "bf16", "--concurrency", "4"]
     gate = genguard(*argv, "--write-trace", str(written))
     print(gate.stdout)  # CI's log keeps the figures and the mass covered
     record_property("bf16_gate", gate.stdout)
@@ -51,43 +47,45 @@ def test_the_bfloat16_server_fails_the_float_rule_and_holds_its_budget(
     assert "logprobs per step: 20 (the server's cap" in gate.stdout
     assert "reference mass covered: " in gate.stdout and "dtype bfloat16 (inferred)" in gate.stdout
     trace = written / "served.genguard"
-    again = genguard("fidelity", str(snapshot_file), str(trace), "--budget", SERVED_BF16, "--json")
+    again = genguard("fidelity", str(snapshot_file), str(trace), "--budget", "bf16")
     assert again.returncode == 4, again.stdout + again.stderr
-    assert json.loads(again.stdout)["status"] == "unproven"
-    preset = genguard("check-server", url, str(snapshot_file), "--budget", "bf16")
-    print(preset.stdout)
-    record_property("bf16_preset", preset.stdout)  # reported: the preset's scale is another model's
+    assert "relative to the reference model's own bf16 conversion" in again.stdout
+    as_json = json.loads(genguard("fidelity", str(snapshot_file), str(trace), "--budget", "bf16", "--json").stdout)
+    assert as_json["status"] == "unproven"
+    # the same server against the snapshot without its calibration: the fixed limits, measured on another model
+    uncalibrated = tmp_path / "uncalibrated.genguard"
+    atomic_write_text(uncalibrated, served_trace.to_json())
+    fixed = genguard("check-server", url, str(uncalibrated), "--budget", "bf16")
+    print(fixed.stdout)
+    record_property("bf16_fixed_limits", fixed.stdout)
 
 
-def test_a_bfloat16_server_with_a_wrong_norm_epsilon_is_outside_the_budget(
+def test_a_bfloat16_server_with_a_wrong_norm_epsilon_is_outside_the_bf16_budget(
     snapshot_file: Path, servers: dict[str, Any], record_property: Any
 ) -> None:
-    gate = genguard("check-server", servers["bf16_eps"].url, str(snapshot_file), "--budget", SERVED_BF16)
+    gate = genguard("check-server", servers["bf16_eps"].url, str(snapshot_file), "--budget", "bf16")
     print(gate.stdout)
     record_property("bf16_eps_gate", gate.stdout)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert "OUTSIDE" in gate.stdout and "outside (exit 1)" in gate.stdout
-    preset = genguard("check-server", servers["bf16_eps"].url, str(snapshot_file), "--budget", "bf16")
-    assert preset.returncode == 1, preset.stdout + preset.stderr
 
 
 def test_genguard_server_under_a_fidelity_marker_passes_bf16_and_fails_the_wrong_epsilon(
-    served_trace: Any, servers: dict[str, Any], tmp_path: Path
+    calibrated_trace: Any, servers: dict[str, Any], tmp_path: Path
 ) -> None:
     project = tmp_path / "project"
     project.mkdir()
-    limits = dict(item.split("=") for item in SERVED_BF16.split(","))
     (project / "test_served.py").write_text(
         "from pathlib import Path\n"
         "import pytest\n"
         "from pytest_genguard.core.trace import GenerationTrace\n\n"
-        f"@pytest.mark.genguard(fidelity={ {k: float(v) for k, v in limits.items()}!r})\n"
+        "@pytest.mark.genguard(fidelity='bf16')\n"
         "def test_served(genguard_snapshot):\n"
         "    trace = GenerationTrace.from_json(Path(__file__).with_name('served.json').read_text())\n"
         "    assert trace == genguard_snapshot\n",
         encoding="utf-8",
     )
-    (project / "served.json").write_text(served_trace.to_json(), encoding="utf-8")
+    (project / "served.json").write_text(calibrated_trace.to_json(), encoding="utf-8")
     (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
 
     def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -104,7 +102,7 @@ def test_genguard_server_under_a_fidelity_marker_passes_bf16_and_fails_the_wrong
     assert holds.returncode == 0, holds.stdout[-3000:]
     fails = pytest_run("--genguard-server", servers["bf16_eps"].url, "-vv")
     assert fails.returncode == 1 and "on the server (--genguard-server" in fails.stdout, fails.stdout[-3000:]
-    assert "fidelity OUTSIDE budget custom" in fails.stdout
+    assert "fidelity OUTSIDE budget bf16" in fails.stdout
 
 
 def test_load_reports_the_real_servers_batch_variance_per_snapshot(

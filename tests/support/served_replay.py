@@ -14,12 +14,16 @@ from replay_server import RESPONSES, Replay, Reply, recorded
 from pytest_genguard.core.trace import GenerationTrace
 
 
-def snapshot_file(folder: Path, name: str = "test_served.genguard") -> Path:
-    """The first prompt of the recorded snapshot (the one the responses answer), as a .genguard file."""
+def snapshot_file(
+    folder: Path, name: str = "test_served.genguard", *, calibration: dict[str, float] | None = None
+) -> Path:
+    """The first prompt of the recorded snapshot (the one the responses answer), as a .genguard file; with the
+    `calibration` figures stored when given."""
     trace = GenerationTrace.from_json((RESPONSES / "snapshot.genguard").read_text(encoding="utf-8"))
+    first = dataclasses.replace(trace, prompts=trace.prompts[:1], calibration=dict(calibration or {}))
     path = folder / "__snapshots__" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dataclasses.replace(trace, prompts=trace.prompts[:1]).to_json(), encoding="utf-8")
+    path.write_text(first.to_json(), encoding="utf-8")
     return path
 
 
