@@ -71,7 +71,11 @@ def check_server_command(
         return check_traces(Endpoint.from_env(url, timeout=timeout), traces, out=sys.stdout, options=options)
     except (ServerError, ValueError) as exc:
         raise CliError(str(exc)) from None
-    except OSError as exc:  # --write-trace: a folder that cannot be written
+    except BrokenPipeError:  # `genguard check-server ... | head`: main() ends quietly
+        raise
+    except OSError as exc:
+        if write_trace is None:
+            raise
         raise CliError(f"--write-trace {write_trace}: cannot write: {exc.strerror or exc}") from None
 
 

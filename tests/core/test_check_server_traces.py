@@ -4,6 +4,9 @@ as at four, and the batch-variance report."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -140,3 +143,30 @@ def test_load_names_the_steps_that_moved_under_load(tmp_path: Path, capsys: pyte
         cli.main(["check-server", r.url, str(path), "--load", "--concurrency", "2"])
     out = capsys.readouterr().out
     assert f"load {path}: batch variance: " in out and "steps moved under load" in out
+
+
+def test_a_write_trace_folder_that_cannot_be_written_is_bad_input_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = snapshot_file(tmp_path)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder\n", encoding="utf-8")
+    with serving(served(F32, cap=5)) as r:
+        assert cli.main(["check-server", r.url, str(path), "--write-trace", str(blocked / "traces")]) == 2
+    assert f"--write-trace {blocked / 'traces'}: cannot write" in capsys.readouterr().err
+
+
+def test_a_closed_pipe_ends_the_output_quietly(tmp_path: Path) -> None:
+    # `genguard check-server ... | head -1`: no error naming --write-trace, which was never asked for
+    path = snapshot_file(tmp_path)  # its folder, copied: more lines than a pipe holds (64 KiB), so head closes it
+    for i in range(400):
+        shutil.copy(path, path.with_name(f"copy_{i}.genguard"))
+    with serving(served(F32, cap=5)) as r:
+        done = subprocess.run(
+            f"{sys.executable} -m pytest_genguard.cli check-server {r.url} {path.parent} | head -1",
+            shell=True,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert done.stdout.startswith("genguard check-server: ") and "--write-trace" not in done.stderr, done.stderr
