@@ -1,6 +1,6 @@
 """docs/cli.md documents the `genguard` console script that the code builds: every subcommand its parser has, in a
 section of its own, with every option and argument. The parser is read by recording what `build_parser()` adds (not
-from `--help` text), so an option added to cli.py without a line in the docs fails here."""
+from `--help` text), so an option added to the cli package without a line in the docs fails here."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_the_recorded_parser_has_the_commands_and_options_the_script_parses(monk
 
 def test_docs_cli_documents_every_subcommand_and_option_of_the_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     problems = cli_doc_problems(CLI_DOC, parser_arguments(monkeypatch))
-    assert not problems, "docs/cli.md is behind cli.py's parser:\n" + "\n".join(problems)
+    assert not problems, "docs/cli.md is behind the cli package's parser:\n" + "\n".join(problems)
 
 
 def test_the_cli_doc_check_fails_on_a_removed_line(monkeypatch: pytest.MonkeyPatch) -> None:
