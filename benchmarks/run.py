@@ -38,6 +38,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "engines": ("benchmarks.engine_speed", "run"),
     "large_vocab": ("benchmarks.large_vocab", "run"),
     "fidelity": ("benchmarks.fidelity", "run"),
+    "real_model": ("benchmarks.real_model", "run"),
     "server_gate": ("benchmarks.server_gate", "run"),
     "suite": ("benchmarks.suite_time", "run"),
 }

@@ -325,6 +325,7 @@ class FidelityReport:
             head = f"fidelity OUTSIDE budget {self.budget.name}: {names}; {plural(n, 'step')}, {kind}"
         lines = [
             head,
+            *([f"  limits: {self.budget.basis}"] if self.budget is not None and self.budget.basis else []),
             f"  KLD mean {number(m['kld_mean'])} ± {number(m['kld_stderr'])}, median {number(m['kld_median'])}, "
             f"p90 {number(m['kld_p90'])}, p99 {number(m['kld_p99'])}, p99.9 {number(m['kld_p999'])}, "
             f"max {number(m['kld_max'])}",
