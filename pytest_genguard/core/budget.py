@@ -29,6 +29,7 @@ __all__ = [
     "LIMITS",
     "PRECISIONS",
     "PRESETS",
+    "STATUSES",
     "Budget",
     "FidelityReport",
     "Violation",
@@ -52,6 +53,9 @@ LIMITS: dict[str, str] = {
     "on_path_share": "min",
 }
 """Every limit a budget may set, and whether it is a maximum or a minimum of its metric."""
+
+STATUSES = ("within", "outside", "unproven")
+"""`FidelityReport.status`'s values: proven within, proven outside, or within on lower bounds only (proves nothing)."""
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,14 @@ class FidelityReport:
     def holds(self) -> bool:
         return not self.violations
 
+    @property
+    def status(self) -> str:
+        """``"within"`` (holds, every step exact), ``"outside"`` (a limit broken: proven, since a lower bound above a
+        limit is above it) or ``"unproven"`` (holds on lower bounds only): what a gate may exit on (`STATUSES`)."""
+        if self.violations:
+            return "outside"
+        return "within" if self.exact else "unproven"
+
     def __bool__(self) -> bool:
         return self.holds
 
@@ -302,6 +314,10 @@ class FidelityReport:
         kind = "exact (full vocabulary, float64)" if self.exact else "KLD is a LOWER BOUND (recorded top-k + rest)"
         if self.budget is None:
             head = f"fidelity: {plural(n, 'step')}, {kind}"
+        elif self.status == "unproven":
+            head = (
+                f"fidelity UNPROVEN for budget {self.budget}: holds on lower bounds only; {plural(n, 'step')}, {kind}"
+            )
         elif self.holds:
             head = f"fidelity within budget {self.budget}: {plural(n, 'step')}, {kind}"
         else:
@@ -347,6 +363,7 @@ class FidelityReport:
         """The report as JSON data (for ``genguard fidelity --json``)."""
         return {
             "holds": self.holds,
+            "status": self.status,
             "exact": self.exact,
             "budget": None if self.budget is None else {"name": self.budget.name, **self.budget.limits()},
             "metrics": dict(self.metrics),

@@ -2,9 +2,12 @@
 trace, without editing the tests (``assert trace == genguard_snapshot`` and ``genguard_snapshot.verify()`` alike).
 
 After the test's own check holds, the stored snapshot's prompts are teacher forced through the server
-(`pytest_genguard.serving`) and compared by the same rule; a regression, a stale server (another tokenizer) or a
-server that cannot answer fails the assertion with the server's explanation. The outcome is a ``snapshot`` event with
-``via: "server"``. Recorder histories are not judged (a server serves one model, not a training run).
+(`pytest_genguard.serving`) and judged as the test judges in process: by the comparison rule under the test's
+tolerances (its ``genguard`` marker on the ini options, `settings.tolerance_overrides`), or, under
+``@pytest.mark.genguard(fidelity=...)``, by that budget (`fidelity_marker.marker_budget`; it holds as in process,
+and the event says whether on lower bounds only). A regression, a budget broken, a stale server (another tokenizer)
+or a server that cannot answer fails the assertion with the server's explanation. The outcome is a ``snapshot``
+event with ``via: "server"``. Recorder histories are not judged (a server serves one model, not a training run).
 """
 
 from __future__ import annotations
@@ -14,9 +17,12 @@ from typing import Any
 import pytest
 
 from pytest_genguard.core import events
+from pytest_genguard.core.budget import Budget
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import ServerError, TraceFormatError
 from pytest_genguard.core.events import CheckEvent
+from pytest_genguard.core.gate import gate_line
+from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Status, Verdict
 from pytest_genguard.plugin.settings import settings
@@ -24,9 +30,17 @@ from pytest_genguard.plugin.settings import settings
 __all__ = ["judge_stored"]
 
 
-def judge_stored(config: pytest.Config, stored: str | None, source: str, name: str) -> list[str] | None:
+def judge_stored(
+    config: pytest.Config,
+    stored: str | None,
+    source: str,
+    name: str,
+    *,
+    overrides: Overrides | None = None,
+    budget: Budget | None = None,
+) -> list[str] | None:
     """The failure lines when the server at ``--genguard-server`` does not hold `stored` (None: it holds, there is
-    no server option, or nothing to judge)."""
+    no server option, or nothing to judge), judged under the test's `overrides` or by its fidelity `budget`."""
     current = settings(config)
     if current.server is None or stored is None:
         return None
@@ -41,22 +55,46 @@ def judge_stored(config: pytest.Config, stored: str | None, source: str, name: s
 
     server = f"--genguard-server {current.server}"
     try:
-        judged = judge(Endpoint.from_env(current.server), document, label=source, model=current.server_model)
+        judged = judge(
+            Endpoint.from_env(current.server),
+            document,
+            label=source,
+            model=current.server_model,
+            budget=budget,
+            overrides=overrides,
+        )
     except ServerError as exc:
         lines = [f"genguard snapshot {name!r} ({source}) could not be judged on the server ({server}):", str(exc)]
         _emit(Status.INVALID, lines, name, failure=True)
         return lines
-    if judged.comparison is None:
+    if judged.stale is not None or judged.comparison is None:
         lines = [f"genguard snapshot {name!r} ({source}) is stale on the server ({server}):", str(judged.stale)]
         _emit(Verdict.STALE, lines, name, failure=True)
         return lines
     comparison = judged.comparison
+    if judged.report is not None:
+        report = judged.report
+        head = f"genguard snapshot {name!r} ({source}) on the server ({server}): {judged.verdict}"
+        lines = [head, *str(report).splitlines(), f"  {gate_line(report)}"]
+        if report.holds:
+            _emit(judged.verdict, lines, name, failure=False)
+            return None
+        lines.append(
+            "  if the server is meant to be this far, loosen the budget (@pytest.mark.genguard(fidelity={...}))"
+        )
+        _emit(judged.verdict, lines, name, failure=True, expected=stored, actual=comparison.actual.to_json())
+        return lines
     share, where = worst_share(comparison)
     head = f"genguard snapshot {name!r} ({source}) on the server ({server}): {comparison.verdict}"
     if comparison.ok:
         _emit(comparison.verdict, [f"{head}; worst drift {share:.2%} of the allowance ({where})"], name, failure=False)
         return None
     lines = [head, *str(comparison).splitlines()]
+    if comparison.dtype_change is not None:
+        lines.append(
+            "  a server in another dtype is judged by a fidelity budget: mark the test "
+            "@pytest.mark.genguard(fidelity='bf16') (or genguard check-server ... --budget bf16)"
+        )
     _emit(comparison.verdict, lines, name, failure=True, expected=stored, actual=comparison.actual.to_json())
     return lines
 

@@ -110,6 +110,7 @@ class GenguardSnapshot:
         self.last_name = ""
         self.last_source = ""
         self.last_comparison: Comparison | None = None  # of the last assertion, when both sides were read
+        self.last_held = False  # the last assertion compared with a stored snapshot and held (the server is next)
 
     def __repr__(self) -> str:
         if self.last_name:  # pytest shows the fixture in failure tracebacks: name the snapshot that was compared
@@ -228,6 +229,7 @@ class GenguardSnapshot:
         """The one decision path of every assertion: read, compare, decide whether to write, write or count, emit."""
         extra: dict[str, Any] = {} if subject.via is None else {"via": subject.via}
         self.last_source, self.explanation, self.last_comparison = store.source, [], None
+        self.last_held = False
         try:
             stored = store.read()
         except OSError as exc:  # exists but cannot be read (permissions, a folder in its place): write nothing
@@ -242,6 +244,7 @@ class GenguardSnapshot:
             return self._fail(Status.NON_FINITE, refused.lines, store, refused.counted, **extra)
         if outcome is not None:
             self.last_comparison = outcome.comparison
+            self.last_held = outcome.ok  # by the rule, or by the fidelity budget
         new_only = self._syrupy.new_only
         if decide_write(outcome, store.own_exists, settings(self._config), new_only) and subject.can_write:
             try:
@@ -298,9 +301,11 @@ class GenguardSnapshot:
     def _server(self, store: Store) -> bool:
         """``--genguard-server``: the running server judged against the stored snapshot too, once the test's own check
         compared and held (True without the option, or when the assertion wrote the snapshot)."""
-        if self.last_comparison is None or not self.last_comparison.ok:
+        if not self.last_held:
             return True
-        lines = judge_stored(self._config, store.read(), store.source, self.last_name)
+        lines = judge_stored(
+            self._config, store.read(), store.source, self.last_name, overrides=self.overrides, budget=self.budget
+        )
         if lines is not None:
             self.explanation = lines
         return lines is None
@@ -397,7 +402,7 @@ class GenguardSnapshot:
         )
         if self.budget is not None:  # the stored paths, teacher forced through the candidate: judged by the budget
             judged = Judged(subject, with_model(model, tokenizer, self.budget), lambda: None, subject.rerecord)
-            if not self._check(judged, store):
+            if not (self._check(judged, store) and self._server(store)):
                 raise AssertionError("\n".join(self.explanation))
             return judged.report if judged.report is not None else compare(subject.counted(), subject.counted())
         if not (self._check(subject, store) and self._server(store)):

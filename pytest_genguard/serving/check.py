@@ -1,48 +1,91 @@
 """`genguard check-server`: judge a running server against snapshots, one verdict per snapshot and one exit code.
 
-Exit codes: 0 every snapshot holds, 1 a regression, 2 bad input (unreachable server, model not served, a logprobs cap
-below the snapshot's top-k, an unreadable snapshot), 3 stale (the server's tokenizer or the snapshot's settings
-differ: re-record, or point at the right model). The server is probed once for all snapshots.
+Two judges. The comparison rule (default): the server's values against the snapshot's, within the allowance of the
+dtype; a server in another dtype fails it, and the message names ``--budget``. A fidelity budget (``--budget``): the
+server's distribution against the snapshot's by the metrics of `core.budget` (`traces_report`: the KLD is a lower
+bound from the two top-k), the same presets and semantics as in process; changed prompts, settings or tokenizer are
+still stale.
+
+Exit codes (`core.gate`): 0 every snapshot holds (with a budget: within, proven), 1 a regression or a budget broken
+(proven), 2 bad input (unreachable server, model not served, a logprobs cap below the snapshot's top-k, an unreadable
+snapshot), 3 stale (the server's tokenizer or the snapshot's settings differ: re-record, or point at the right model),
+4 within the budget on lower bounds only (unproven). The worst wins in that order: 1, then 3, then 4. The server is
+probed once for all snapshots; `concurrency` snapshots are judged at once (a thread per request in flight).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
-from pytest_genguard.core.compare import compare, step_scale
+from pytest_genguard.core.budget import Budget, FidelityReport, traces_report
+from pytest_genguard.core.compare import Fingerprints, compare, step_scale
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.environments import logprobs_epsilon
 from pytest_genguard.core.errors import ServerStale
+from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, gate_line
+from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.serving.http import Endpoint
-from pytest_genguard.serving.protocol import ServerInfo
-from pytest_genguard.serving.record import ServerRun, record_server
+from pytest_genguard.serving.load import batch_variance
+from pytest_genguard.serving.protocol import ServerInfo, ServerMapping
+from pytest_genguard.serving.record import ServerRun, at_top_k, record_server, top_k_of
 from pytest_genguard.serving.vllm import VLLM
+from pytest_genguard.serving.written import trace_paths, write_trace
 
-__all__ = ["EXIT_REGRESSION", "EXIT_STALE", "Judged", "check_traces", "exit_code", "judge", "worst_share"]
+__all__ = [
+    "EXIT_REGRESSION",
+    "EXIT_STALE",
+    "EXIT_UNPROVEN",
+    "EXIT_USAGE",
+    "UNCAPPED_LOGPROBS",
+    "CheckOptions",
+    "Judged",
+    "background_traffic",
+    "check_traces",
+    "exit_code",
+    "judge",
+    "worst_share",
+]
 
-EXIT_OK = 0
-EXIT_REGRESSION = 1
-EXIT_USAGE = 2
-EXIT_STALE = 3
+EXIT_OK = EXIT_WITHIN
+EXIT_REGRESSION = EXIT_OUTSIDE
+UNCAPPED_LOGPROBS = 20
+"""Logprobs asked of a server that sets no cap (vLLM's own default cap)."""
 
 
 @dataclass(frozen=True)
 class Judged:
-    """One snapshot judged against the server: the comparison, or why it is stale before any value was compared."""
+    """One snapshot judged against the server: the comparison (the rule's, or the staleness check's under a budget),
+    the budget's report, or why it is stale before any value was compared."""
 
     label: str
     run: ServerRun | None
     comparison: Comparison | None
     stale: str | None = None
+    report: FidelityReport | None = None
 
     @property
     def verdict(self) -> Verdict:
-        return Verdict.STALE if self.comparison is None else self.comparison.verdict
+        if self.comparison is None or self.comparison.verdict is Verdict.STALE:
+            return Verdict.STALE
+        if self.report is not None:
+            return Verdict.WITHIN_TOLERANCE if self.report.holds else Verdict.REGRESSION
+        return self.comparison.verdict
+
+    @property
+    def status(self) -> str:
+        """The budget's status (within, outside, unproven), "stale", or the rule's "holds"/"regression"."""
+        if self.verdict is Verdict.STALE:
+            return "stale"
+        if self.report is not None:
+            return self.report.status
+        return "holds" if self.verdict.ok else "regression"
 
 
 def judge(
@@ -54,13 +97,29 @@ def judge(
     dtype: str | None = None,
     mode: str = "teacher forced",
     info: ServerInfo | None = None,
+    budget: Budget | None = None,
+    logprobs: int | None = None,
+    mapping: ServerMapping = VLLM,
+    overrides: Overrides | None = None,
 ) -> Judged:
-    """`reference` against the server, by the comparison rule (`ServerError` for a server that cannot answer)."""
+    """`reference` against the server: by the comparison rule (with `overrides`: a test's ini and marker
+    tolerances), or by `budget` (`ServerError` for a server that cannot answer). `logprobs` asks for more than the
+    snapshot's top-k (a tighter bound); the rule judges the snapshot's top-k."""
     try:
-        run = record_server(endpoint, reference, model=model, dtype=dtype, mode=mode, mapping=VLLM, info=info)
+        run = record_server(
+            endpoint, reference, model=model, dtype=dtype, mode=mode, mapping=mapping, info=info, logprobs=logprobs
+        )
     except ServerStale as exc:
         return Judged(label, None, None, stale=str(exc))
-    return Judged(label, run, compare(reference, run.trace))
+    judged = at_top_k(run.trace, top_k_of(reference))
+    if budget is None:
+        return Judged(label, run, compare(reference, judged, **(overrides or Overrides()).args()))
+    # a budget compares distributions over the same tokens: another tokenizer, settings or prompts are still stale;
+    # the dtype switch is the point
+    cmp = compare(reference, judged, check_fingerprints=Fingerprints.TOKENIZER, allow_dtype_change=True)
+    if cmp.verdict is Verdict.STALE:
+        return Judged(label, run, cmp, stale=str(cmp))
+    return Judged(label, run, cmp, report=traces_report(reference, run.trace, budget))
 
 
 def worst_share(cmp: Comparison) -> tuple[float, str]:
@@ -91,41 +150,166 @@ def worst_share(cmp: Comparison) -> tuple[float, str]:
 
 
 def exit_code(judged: Sequence[Judged]) -> int:
-    """1 when a snapshot regressed, else 3 when one is stale, else 0."""
-    verdicts = [j.verdict for j in judged]
-    if any(not v.ok and v is not Verdict.STALE for v in verdicts):
+    """1 when a snapshot regressed or broke its budget, else 3 when one is stale, else 4 when one holds its budget
+    on lower bounds only, else 0."""
+    statuses = {j.status for j in judged}
+    if statuses & {"regression", "outside"}:
         return EXIT_REGRESSION
-    if Verdict.STALE in verdicts:
+    if "stale" in statuses:
         return EXIT_STALE
+    if "unproven" in statuses:
+        return EXIT_UNPROVEN
     return EXIT_OK
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """How `check_traces` asks and judges (the command line's options)."""
+
+    model: str | None = None
+    dtype: str | None = None
+    budget: Budget | None = None
+    max_logprobs: int | None = None
+    """Logprobs per step to ask for; None: the server's cap under a budget (a tighter bound), else the top-k."""
+    concurrency: int = 4
+    write_trace: Path | None = None
+    load: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise ValueError(f"--concurrency {self.concurrency!r}: requests in flight at once, at least 1 (e.g. 4)")
+        if self.max_logprobs is not None and (isinstance(self.max_logprobs, bool) or self.max_logprobs < 1):
+            raise ValueError(f"--max-logprobs {self.max_logprobs!r}: logprobs per step, at least 1 (e.g. 20)")
+
+
+def _logprobs(
+    endpoint: Endpoint,
+    info: ServerInfo,
+    traces: Sequence[tuple[str, GenerationTrace]],
+    opts: CheckOptions,
+    mapping: ServerMapping,
+    out: IO[str],
+) -> int | None:
+    """How many logprobs to ask for, said on one line; None: each snapshot's own top-k."""
+    k = max((top_k_of(t) for _, t in traces), default=0)
+    if opts.max_logprobs is not None:
+        if opts.max_logprobs < k:
+            raise ValueError(f"--max-logprobs {opts.max_logprobs}: below the snapshots' top-{k}; ask for at least {k}")
+        out.write(f"logprobs per step: {opts.max_logprobs} (--max-logprobs)\n")
+        return opts.max_logprobs
+    if opts.budget is None or mapping.max_logprobs is None:
+        return None
+    first = next((p.prompt_ids[0] for _, t in traces for p in t.prompts if p.prompt_ids), None)
+    cap = mapping.max_logprobs(endpoint, info, 0 if first is None else first)
+    asked = max(k, UNCAPPED_LOGPROBS if cap is None else cap)
+    said = "the server sets no cap" if cap is None else "the server's cap"
+    out.write(f"logprobs per step: {asked} ({said}; the snapshots recorded a top-{k})\n")
+    return asked
+
+
+def _lines(result: Judged) -> Iterator[str]:
+    """What the command prints for one judged snapshot."""
+    label = result.label
+    if result.stale is not None or result.comparison is None or result.run is None:
+        yield f"STALE {label}"
+        yield "  " + str(result.stale).replace("\n", "\n  ")
+        return
+    cmp, run = result.comparison, result.run
+    dtype_note = f"dtype {run.dtype} ({run.dtype_source})"
+    if result.report is not None:
+        report = result.report
+        assert report.budget is not None
+        m = report.metrics
+        yield (
+            f"{report.status.upper()} {label}: budget {report.budget.name}, KLD mean {m['kld_mean']:.3g}, "
+            f"max {m['kld_max']:.3g}{'' if report.exact else ' (lower bounds)'}; {dtype_note}"
+        )
+        yield f"  budget {report.budget}"  # its limits, and what they are relative to
+        yield f"  {gate_line(report)}"
+        if report.status == "outside":
+            yield "  " + str(report).replace("\n", "\n  ")
+        return
+    share, where = worst_share(cmp)
+    yield f"{cmp.verdict.name} {label}: worst drift {share:.2%} of the allowance ({where}); {dtype_note}"
+    if not cmp.ok:
+        yield "  " + str(cmp).replace("\n", "\n  ")
+        if cmp.dtype_change is not None:
+            old, new = cmp.dtype_change
+            yield (
+                f"  the server computes in {new}, the snapshot was recorded in {old}: the float rule judges a cast "
+                f"as a change; judge it by a fidelity budget instead: genguard check-server {run.info.url} {label} "
+                f"--budget {_preset(new)}"
+            )
+
+
+def background_traffic(trace: GenerationTrace, lengths: Sequence[int] = (3, 17, 40)) -> list[list[int]]:
+    """Unrelated prompts of other lengths for `--load` (so batches mix sequences the snapshot does not hold): the
+    snapshot's own token ids reversed and cycled, which the served vocabulary is known to hold."""
+    ids = [t for p in trace.prompts for t in (*p.prompt_ids, *p.token_ids)][::-1]
+    if not ids:
+        return []
+    return [[ids[i % len(ids)] for i in range(n)] for n in lengths]
+
+
+def _preset(dtype: str) -> str:
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "bf16")
 
 
 def check_traces(
     endpoint: Endpoint,
     traces: Sequence[tuple[str, GenerationTrace]],
     *,
-    model: str | None,
-    dtype: str | None,
+    model: str | None = None,
+    dtype: str | None = None,
     out: IO[str],
+    options: CheckOptions | None = None,
+    mapping: ServerMapping = VLLM,
 ) -> int:
-    """Judge each labelled trace against the server (probed once); print one line per snapshot and each failure's
-    explanation; return the exit code. `ServerError` propagates (bad input: exit 2)."""
-    info = VLLM.probe(endpoint, model)
+    """Judge each labelled trace against the server (probed once), `options.concurrency` at once; print one line per
+    snapshot (in the order given) and each failure's explanation; return the exit code. `ServerError` propagates
+    (bad input: exit 2), as does a `ValueError` for bad options or a `--write-trace` file that is not ours."""
+    opts = options if options is not None else CheckOptions(model=model, dtype=dtype)
+    paths = trace_paths(opts.write_trace, [label for label, _ in traces]) if opts.write_trace is not None else None
+    info = mapping.probe(endpoint, opts.model)
     out.write(f"genguard check-server: {info.label('teacher forced')}, model {info.model}\n")
-    judged = []
-    for label, trace in traces:
-        result = judge(endpoint, trace, label=label, model=model, dtype=dtype, info=info)
-        judged.append(result)
-        if result.comparison is None:
-            out.write(f"STALE {label}\n  {result.stale}\n")
-            continue
-        cmp = result.comparison
-        share, where = worst_share(cmp)
-        assert result.run is not None
-        dtype_note = f"dtype {result.run.dtype} ({result.run.dtype_source})"
-        out.write(f"{cmp.verdict.name} {label}: worst drift {share:.2%} of the allowance ({where}); {dtype_note}\n")
-        if not cmp.ok:
-            out.write("  " + str(cmp).replace("\n", "\n  ") + "\n")
+    logprobs = _logprobs(endpoint, info, traces, opts, mapping, out)
+
+    def one(item: tuple[str, GenerationTrace]) -> Judged:
+        label, trace = item
+        return judge(
+            endpoint,
+            trace,
+            label=label,
+            model=opts.model,
+            dtype=opts.dtype,
+            info=info,
+            budget=opts.budget,
+            logprobs=logprobs,
+            mapping=mapping,
+        )
+
+    judged: list[Judged] = []
+    with ThreadPoolExecutor(max_workers=opts.concurrency) as pool:
+        for result in pool.map(one, traces):  # in the order given, whatever order they finish in
+            judged.append(result)
+            for line in _lines(result):
+                out.write(line + "\n")
+    if paths is not None:
+        written = [(path, j.run.trace) for path, j in zip(paths, judged, strict=True) if j.run is not None]
+        for path, trace in written:
+            write_trace(path, trace)
+        out.write(f"wrote {len(written)} server traces under {opts.write_trace}\n")
+    if opts.load:
+        for label, trace in traces:
+            _, variance = batch_variance(
+                endpoint,
+                trace,
+                clients=max(opts.concurrency, 2),
+                background=background_traffic(trace),
+                model=opts.model,
+                mapping=mapping,
+            )
+            out.write(f"load {label}: " + variance.summary().replace("\n", "\n  ") + "\n")
     code = exit_code(judged)
     out.write(f"{len(judged)} snapshots: exit {code}\n")
     return code

@@ -72,3 +72,5 @@ class ServerMapping:
     generate: Callable[[Endpoint, ServerInfo, Sequence[int], int, int], Generated]
     logprobs: str = "raw"  # what its logprobs are: "raw" log-softmax of the logits, or after its processors
     reset_cache: Callable[[Endpoint], bool] | None = None  # empty its prefix cache; False when it does not offer to
+    max_logprobs: Callable[[Endpoint, ServerInfo, int], int | None] | None = None
+    """The most logprobs per position the server returns (its cap; None: it sets none), probed with one token id."""

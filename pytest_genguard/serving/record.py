@@ -31,7 +31,7 @@ from pytest_genguard.serving.http import Endpoint
 from pytest_genguard.serving.protocol import MODES, Generated, Scored, ServerInfo, ServerMapping
 from pytest_genguard.serving.vllm import VLLM
 
-__all__ = ["ServerRun", "check_tokenizer", "record_server", "top_k_of"]
+__all__ = ["ServerRun", "at_top_k", "check_tokenizer", "record_server", "top_k_of"]
 
 # Settings under which the server's raw top-1 is what greedy generate() picks (no processor reorders the tokens).
 _NEUTRAL_GREEDY = frozenset(
@@ -55,6 +55,23 @@ def top_k_of(reference: GenerationTrace) -> int:
     return max((len(s.top_ids) for p in reference.prompts for s in p.steps), default=0)
 
 
+def at_top_k(trace: GenerationTrace, k: int) -> GenerationTrace:
+    """`trace` with every step's top-k cut to its best `k`: a server asked for more logprobs than the snapshot
+    recorded (to tighten a fidelity bound) is judged by the comparison rule at the snapshot's own top-k."""
+    if all(len(s.top_ids) <= k for p in trace.prompts for s in p.steps):
+        return trace
+    prompts = tuple(
+        dataclasses.replace(
+            p,
+            steps=tuple(
+                dataclasses.replace(s, top_ids=s.top_ids[:k], top_logprobs=s.top_logprobs[:k]) for s in p.steps
+            ),
+        )
+        for p in trace.prompts
+    )
+    return dataclasses.replace(trace, prompts=prompts)
+
+
 def record_server(
     endpoint: Endpoint,
     reference: GenerationTrace,
@@ -64,12 +81,15 @@ def record_server(
     mode: str = "teacher forced",
     mapping: ServerMapping = VLLM,
     info: ServerInfo | None = None,
+    logprobs: int | None = None,
 ) -> ServerRun:
     """The trace the server at `endpoint` gives for `reference`'s prompts, to compare with `reference`.
 
     `model` names the served model (default: the one the server serves); `dtype` declares the served dtype when the
-    server does not report it (default: inferred from the logprobs). `info` reuses an earlier probe. Raises
-    `ServerError` when the server cannot answer as asked and `ServerStale` when its tokenizer differs.
+    server does not report it (default: inferred from the logprobs). `info` reuses an earlier probe. `logprobs` is
+    how many logprobs to ask for per step (default: the snapshot's top-k; more tightens a fidelity bound, and
+    `at_top_k` cuts the trace back for the comparison rule). Raises `ServerError` when the server cannot answer as
+    asked and `ServerStale` when its tokenizer differs.
     """
     if mode not in MODES:
         raise ValueError(f"record_server(mode={mode!r}): choose one of {', '.join(MODES)}")
@@ -79,6 +99,13 @@ def record_server(
     if not reference.prompts or not any(p.steps for p in reference.prompts):
         raise ValueError("record_server(): the reference trace has no generated steps; nothing to judge")
     k = top_k_of(reference)
+    if logprobs is not None:
+        if isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < k:
+            raise ValueError(
+                f"record_server(logprobs={logprobs!r}): the snapshot recorded a top-{k}; ask the server for at least "
+                f"{k} logprobs (--max-logprobs {k} or more)"
+            )
+        k = logprobs
     info = info if info is not None else mapping.probe(endpoint, model)
     tokenizer_checked = check_tokenizer(endpoint, info, mapping, reference)
     if mode == "teacher forced" and mapping.score is None:

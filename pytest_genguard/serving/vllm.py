@@ -8,7 +8,7 @@
 - generate (the server's own decoding): ``temperature: 0``, ``logprobs: K`` and ``return_tokens_as_token_ids``.
 
 A request for more logprobs than the server's ``--max-logprobs`` (default 20) is a 400 this module turns into an error
-naming the flag.
+naming the flag; the same 400, for a one-token request of more than any vocabulary, tells the cap (`max_logprobs`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.serving.http import Endpoint
 from pytest_genguard.serving.protocol import Generated, Scored, ServerInfo, ServerMapping
 
-__all__ = ["VLLM", "completion_request", "generation_request", "parse_generated", "parse_scored"]
+__all__ = ["VLLM", "completion_request", "generation_request", "max_logprobs", "parse_generated", "parse_scored"]
 
 _CAP = re.compile(r"greater than max allowed: (\d+)")
 _ID_KEY = re.compile(r"token_id:(-?\d+)$")
@@ -208,6 +208,25 @@ def _token_id(key: str, where: str) -> int:
         raise ServerError(f"{where}: {key!r} is not a token id (are tokens returned as ids?)") from None
 
 
+_PROBE_LOGPROBS = 1 << 20  # more than any vocabulary: the server answers with its cap
+
+
+def max_logprobs(endpoint: Endpoint, info: ServerInfo, token_id: int) -> int | None:
+    """The server's ``--max-logprobs`` (the most logprobs per position it returns), read from the 400 it answers a
+    one-token request for more than any vocabulary (nothing to score there, so the probe is cheap); None when it
+    accepts (no cap) or refuses without naming one."""
+    try:
+        endpoint.post("/v1/completions", completion_request(info.model, [token_id], _PROBE_LOGPROBS))
+    except ServerError as exc:
+        cap = _CAP.search(str(exc))
+        if cap:
+            return int(cap.group(1))
+        if getattr(exc.__cause__, "code", None) == 400:
+            return None
+        raise
+    return None
+
+
 def reset_prefix_cache(endpoint: Endpoint) -> bool:
     """Empty the server's prefix cache (``POST /reset_prefix_cache``, served only with ``VLLM_SERVER_DEV_MODE=1``);
     False when the server does not offer it."""
@@ -221,6 +240,12 @@ def reset_prefix_cache(endpoint: Endpoint) -> bool:
 
 
 VLLM = ServerMapping(
-    name="vllm", probe=probe, tokenize=tokenize, score=score, generate=generate, reset_cache=reset_prefix_cache
+    name="vllm",
+    probe=probe,
+    tokenize=tokenize,
+    score=score,
+    generate=generate,
+    reset_cache=reset_prefix_cache,
+    max_logprobs=max_logprobs,
 )
 """vLLM's mapping: teacher forcing through ``prompt_logprobs``."""

@@ -87,7 +87,7 @@ def test_failures_the_html_report_and_genguard_show_print_the_conversation(
     import dataclasses
     import io
 
-    from pytest_genguard.cli import show
+    from pytest_genguard.cli.show import show
     from pytest_genguard.core.comparison import window
     from pytest_genguard.core.html import Page
 

@@ -18,11 +18,13 @@ import served_model
 import vllm_server
 
 VLLM_ENV = "GENGUARD_VLLM"
-URLS_ENV = "GENGUARD_VLLM_URLS"  # "float32=URL,eps=URL,bfloat16=URL": servers you already run (same model and flags)
+URLS_ENV = "GENGUARD_VLLM_URLS"  # "float32=URL,eps=URL,bfloat16=URL,bf16_eps=URL": servers you already run
 CONFIGURATIONS: dict[str, tuple[str, ...]] = {
     "float32": (),
     "eps": ("--hf-overrides", '{"rms_norm_eps": 0.1}'),
     "bfloat16": ("--dtype", "bfloat16"),
+    # the deploy gate's negative control: a bf16 server with a wrong norm epsilon (outside any bf16 budget)
+    "bf16_eps": ("--dtype", "bfloat16", "--hf-overrides", '{"rms_norm_eps": 0.01}'),
 }
 
 
@@ -46,6 +48,19 @@ def served_trace() -> Any:
 
 
 @pytest.fixture(scope="session")
+def calibrated_trace(served_trace: Any) -> Any:
+    """The served model's snapshot with its own bf16 cast's cost stored (`calibrate`): the scale of the bf16 preset
+    wherever the snapshot is judged (the deploy gate's server)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from pytest_genguard.hf.fidelity import calibrate
+
+    model = AutoModelForCausalLM.from_pretrained(served_model.MODEL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(served_model.MODEL_DIR)
+    return calibrate(model.eval(), tokenizer, served_trace, precisions=("bf16",))
+
+
+@pytest.fixture(scope="session")
 def other_trace() -> Any:
     """A snapshot of another model, with another tokenizer."""
     return served_model.snapshot(*served_model.other_model())
@@ -53,7 +68,8 @@ def other_trace() -> Any:
 
 @pytest.fixture(scope="session")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, vllm_server.VLLMServer]]:
-    """One vLLM server per configuration (float32; a served config that differs; bfloat16), started side by side."""
+    """One vLLM server per configuration (float32; a served config that differs; bfloat16; bfloat16 with a wrong
+    norm epsilon), started side by side."""
     if os.environ.get(URLS_ENV):
         urls = dict(pair.split("=", 1) for pair in os.environ[URLS_ENV].split(","))
         yield {name: vllm_server.running_at(urls[name]) for name in CONFIGURATIONS}

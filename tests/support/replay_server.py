@@ -91,7 +91,10 @@ def serving(replay: Replay) -> Iterator[Replay]:
         def do_POST(self) -> None:
             self._answer("POST")
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 128  # socketserver's 5 resets connections beyond it: check-server --concurrency 16
+
+    server = Server(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -1,0 +1,61 @@
+"""`genguard report DIR`: every trace file under a folder rendered into one self-contained HTML file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import IO
+
+from pytest_genguard.cli.inputs import EXIT_OK, EXIT_USAGE, CliError, find_trace_files, load_document
+from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.html import TraceFile, render_trace_files
+
+__all__ = ["HELP", "add_arguments", "report", "run"]
+
+HELP = "render every trace under a folder into one HTML file"
+
+
+def report(folder: Path, output: Path, *, stream: IO[str] | None = None) -> int:
+    """Render every trace file under `folder` into one HTML file; unreadable traces are listed and fail the command."""
+
+    if not folder.exists():
+        raise CliError(f"{folder}: no such folder")
+    if not folder.is_dir():
+        raise CliError(f"{folder}: not a folder (to look at one trace file use: genguard show {folder})")
+    paths = find_trace_files(folder)
+    if not paths:
+        raise CliError(
+            f"{folder}: no trace files found (trace files are JSON written by pytest-genguard, in __snapshots__ "
+            "folders after pytest --snapshot-update)"
+        )
+    entries = []
+    for path in paths:
+        shown = str(path.relative_to(folder))
+        try:
+            entries.append(TraceFile(shown, traces=load_document(path).traces))
+        except CliError as exc:
+            entries.append(TraceFile(shown, error=str(exc)))
+    try:
+        atomic_write_text(output, render_trace_files(entries, root=str(folder)))
+    except OSError as exc:
+        raise CliError(f"{output}: cannot write the report: {exc.strerror or exc}") from None
+    out = stream if stream is not None else sys.stdout
+    bad = [e for e in entries if e.error is not None]
+    out.write(f"wrote {output}: {len(entries) - len(bad)} traces from {folder}\n")
+    for entry in bad:
+        sys.stderr.write(f"genguard: unreadable trace: {entry.error}\n")
+    return EXIT_USAGE if bad else EXIT_OK
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The subcommand's arguments."""
+    p.add_argument("folder", type=Path, metavar="DIR")
+    p.add_argument(
+        "-o", "--output", type=Path, default=Path("genguard-report.html"), help="HTML file (default: %(default)s)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """`genguard report` with parsed arguments."""
+    return report(args.folder, args.output)
