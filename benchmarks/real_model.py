@@ -89,7 +89,7 @@ def run(smoke: bool) -> list[Result]:
     ]
     return [
         ratio_row(
-            "real_model_record",
+            "real_model",
             "record() / generate(output_logits=True), SmolLM2-135M",
             record_vs_generate,
             f"{record_vs_generate.ratios.median:.2f}×",
@@ -100,14 +100,14 @@ def run(smoke: bool) -> list[Result]:
             ],
         ),
         ratio_row(
-            "real_model_verify",
+            "real_model",
             "re-recording + compare() / verify(), SmolLM2-135M",
             _inverted(verify_vs_record),
             f"verify() {1 / verify_vs_record.ratios.median:.1f}× faster",
             [f"verify() {verify_vs_record.a.text('{:.3f}')} s, re-recording {verify_vs_record.b.text('{:.3f}')} s"],
         ),
         ratio_row(
-            "real_model_relative_budget",
+            "real_model",
             "fidelity(budget='bf16') relative / fixed limits, reference model in process",
             relative,
             f"{relative.ratios.median:.2f}× (stored calibration: {stored.ratios.median:.2f}×)",
@@ -119,7 +119,7 @@ def run(smoke: bool) -> list[Result]:
             ],
         ),
         ratio_row(
-            "real_model_bf16_rule",
+            "real_model",
             "compare() of two bf16 traces / of two float32 traces (fixtures/real_model)",
             rule,
             f"{rule.ratios.median:.2f}× ({ms(rule.a.median)} vs {ms(rule.b.median)})",

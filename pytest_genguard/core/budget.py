@@ -82,6 +82,9 @@ class Budget:
     precision: str | None = None
     basis: str = ""
     """How the limits were set, for the report ("2x the reference model's own bf16 cast", "fixed limits ...")."""
+    alike: bool = False
+    """The limits scale lower bounds of the calibration copy measured as the candidate's are (over the reference's
+    recorded top-k): a candidate's bound within them is within, like for like (`FidelityReport.status`)."""
 
     def __post_init__(self) -> None:
         for key in LIMITS:
@@ -94,12 +97,23 @@ class Budget:
                 raise ValueError(f"fidelity budget: {key}={value!r} is a share between 0 and 1 (e.g. {key}=0.99).")
             object.__setattr__(self, key, float(value))
 
-    def calibrated(self, calibration: Mapping[str, Any] | None) -> Budget:
+    def calibrated(self, calibration: Mapping[str, Any] | None, *, bounded: bool = False) -> Budget:
         """The limits for a reference whose calibration figures are `calibration` (``{"bf16.kld_mean": ...}``):
         each ratio times the figure it scales, where the reference has one; the fixed limits otherwise (the report
-        says which)."""
+        says which). `bounded`: the candidate will be measured by lower bounds over the reference's recorded top-k;
+        the calibration's own bounds, measured the same way (``"bf16.bound.kld_mean"``), are scaled where it has
+        them, so that a bound within the limits proves something (`alike`)."""
         if not self.ratios or self.precision is None:
             return self
+        if bounded and all(
+            isinstance((calibration or {}).get(calibration_key(self.precision, f"bound.{key}")), (int, float))
+            for key, _ in self.ratios
+        ):
+            alike = dataclasses.replace(self, precision=f"{self.precision}.bound").calibrated(calibration)
+            basis = alike.basis.replace(
+                f"{self.precision}.bound conversion", f"{self.precision} conversion, measured alike"
+            )
+            return dataclasses.replace(alike, precision=self.precision, basis=basis, alike=True)
         raw = {key: (calibration or {}).get(calibration_key(self.precision, key)) for key, _ in self.ratios}
         figures = {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if len(figures) < len(raw):
@@ -284,7 +298,10 @@ class FidelityReport:
         limit is above it) or ``"unproven"`` (holds on lower bounds only): what a gate may exit on (`STATUSES`)."""
         if self.violations:
             return "outside"
-        return "within" if self.exact else "unproven"
+        if self.exact:
+            return "within"
+        alike = self.budget is not None and self.budget.alike and bool(self.steps)
+        return "within" if alike and all(s.complete for s in self.steps) else "unproven"
 
     def __bool__(self) -> bool:
         return self.holds
@@ -333,7 +350,13 @@ class FidelityReport:
             f"RMS Δp {number(m['rms_delta_p'])}, max |Δp| {number(m['max_abs_delta_p'])}, "
             f"on the reference path {int(m['on_path_steps'])}/{n} steps",
         ]
-        if not self.exact:
+        if not self.exact and self.status == "within":
+            lines.append(
+                f"  the recorded top-k covered {100 * m['covered_mean']:.2f}% of the reference's probability mass on "
+                f"average (least {100 * m['covered_min']:.2f}%); within like for like: the candidate's lower bounds "
+                "against the reference model's own conversion's, measured over the same tokens at every step"
+            )
+        elif not self.exact:
             lines.append(
                 f"  the recorded top-k covered {100 * m['covered_mean']:.2f}% of the reference's probability mass on "
                 f"average (least {100 * m['covered_min']:.2f}%): the true KLD may be higher"
@@ -391,5 +414,5 @@ def traces_report(reference: GenerationTrace, candidate: GenerationTrace, budget
     texts = {**candidate.token_texts, **reference.token_texts}
     texts.update({s.token_id: s.token for t in (reference, candidate) for p in t.prompts for s in p.steps})
     prompts = tuple(p.prompt for p in reference.prompts)
-    limits = None if budget is None else budget.calibrated(reference.calibration)
+    limits = None if budget is None else budget.calibrated(reference.calibration, bounded=True)
     return FidelityReport(tuple(steps), limits, skipped=skipped, token_texts=texts, prompts=prompts)

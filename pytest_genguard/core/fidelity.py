@@ -88,6 +88,9 @@ class StepFidelity:
     reference_top: tuple[tuple[int, float], ...] = ()
     """The reference's top-k (id, logprob), best first, for the failure text."""
     candidate_top: tuple[tuple[int, float], ...] = ()
+    complete: bool = True
+    """Whether the candidate's probability was known for every token the reference's step knows (its recorded top-k
+    and token): then the bound is the KLD over exactly that partition, as `calibrate()` measures its own copies'."""
 
     @property
     def same_top1(self) -> bool:
@@ -249,6 +252,7 @@ def bounded_step(
         exact=False,
         reference_top=_top(reference),
         candidate_top=candidate_top,
+        complete=len(shared) == len(p),
     )
 
 

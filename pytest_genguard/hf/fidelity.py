@@ -63,7 +63,8 @@ def fidelity(
         )
     limits = budget_of(budget, where="fidelity()")
     if limits is not None and limits.precision is not None and limits.ratios:
-        limits = limits.calibrated(_calibration(reference, limits.precision, reference_model, tokenizer))
+        calibration = _calibration(reference, limits.precision, reference_model, tokenizer)
+        limits = limits.calibrated(calibration, bounded=reference_model is None)
     steps = fidelity_steps(model, tokenizer, reference, reference_model=reference_model)
     ids = {i for s in steps for i, _ in (*s.reference_top, *s.candidate_top)} | {s.token_id for s in steps}
     texts = token_texts(tokenizer, sorted(ids))
@@ -151,14 +152,19 @@ def calibration_figures(
 ) -> dict[str, float]:
     """``{"bf16.kld_mean": ..., "bf16.kld_p99": ..., ...}``: what each reference copy
     (`hf.reference_copies.reference_copy`) costs against `model` along `trace`'s paths, exactly (`trace` must have
-    been recorded with `model`)."""
+    been recorded with `model`); and as the lower bounds over the trace's recorded top-k that a check without the
+    model measures (``"bf16.bound.kld_mean"``)."""
     out: dict[str, float] = {}
     for precision in precisions:
         candidate = reference_copy(model, precision)
         metrics = aggregate(fidelity_steps(candidate, tokenizer, trace, reference_model=model))
+        # The same copy as a server or a trace-only check sees it: lower bounds over the trace's recorded top-k.
+        bounds = aggregate(fidelity_steps(candidate, tokenizer, trace))
         del candidate
         for key in CALIBRATED_METRICS:
             out[calibration_key(precision, key)] = float(metrics[key])
+            if key.startswith("kld"):
+                out[calibration_key(precision, f"bound.{key}")] = float(bounds[key])
     return out
 
 

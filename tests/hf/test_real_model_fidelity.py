@@ -141,8 +141,9 @@ def test_each_copy_is_judged_by_the_preset_of_its_precision(
     exact = gg.fidelity(candidate, tokenizer, reference, budget=preset, reference_model=model)
     assert exact.holds is holds, str(exact)  # ... and with it, exact
     assert "relative to the reference model's own" in str(exact)
-    if not holds:
-        assert not report.holds, str(report)  # a bug is proven from the stored trace alone too
+    # From the stored trace alone, like for like: the candidate's bounds over the reference's top-5 against the bounds
+    # of the model's own conversion measured the same way (calibrate() stores both).
+    assert report.status == ("within" if holds else "outside"), str(report)
     # The fixed limits of the tiny models: every correct copy of this model failed them (issue 38).
     fixed = FidelityReport(exact.steps, PRESETS[preset].calibrated(None))
     assert not fixed.holds, str(fixed)
