@@ -110,9 +110,8 @@ class Budget:
             for key, _ in self.ratios
         ):
             alike = dataclasses.replace(self, precision=f"{self.precision}.bound").calibrated(calibration)
-            basis = alike.basis.replace(
-                f"{self.precision}.bound conversion", f"{self.precision} conversion, measured alike"
-            )
+            measured = f"{self.precision} conversion, both as lower bounds over the reference's recorded top-k"
+            basis = alike.basis.replace(f"{self.precision}.bound conversion", measured)
             return dataclasses.replace(alike, precision=self.precision, basis=basis, alike=True)
         raw = {key: (calibration or {}).get(calibration_key(self.precision, key)) for key, _ in self.ratios}
         figures = {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
