@@ -34,6 +34,7 @@ from pytest_genguard.core.html import TraceFile, render_trace_files
 from pytest_genguard.core.text import clean, display_token, quote
 from pytest_genguard.core.tolerances import Overrides, dtype_default
 from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.engines import gguf_check
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -448,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the dtype the server computes in, when it does not report it (default: inferred from the logprobs)",
     )
     p_check.add_argument("--timeout", type=_tolerance, default=120.0, help="seconds per request (default: 120)")
+    gguf_check.add_arguments(sub.add_parser("check-gguf", help=gguf_check.HELP))
     p_report = sub.add_parser("report", help="render every trace under a folder into one HTML file")
     p_report.add_argument("folder", type=Path, metavar="DIR")
     p_report.add_argument(
@@ -479,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if args.command == "check-server":
             return check_server_command(args.url, args.paths, model=args.model, dtype=args.dtype, timeout=args.timeout)
+        if args.command == "check-gguf":
+            return gguf_check.run(args)
         if args.command == "fidelity":
             return fidelity(args.reference, args.candidate, budget=args.budget, as_json=args.json)
         if args.command == "bisect":
