@@ -84,13 +84,19 @@ def test_a_default_pre_tokenizer_is_stale_and_named(
     assert "stale: tokenizer: '3333+777 = 4110' (built-in corpus)" in out
 
 
-def test_the_shipped_q4_1_holds_the_int4_budget_and_not_the_float32_rule(
-    snapshot: Path, capsys: pytest.CaptureFixture[str]
+def test_the_shipped_q4_1_holds_its_budget_and_not_the_float32_rule_and_the_rope_bug_is_outside_it(
+    snapshot: Path, folder: Path, f32_gguf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pytest_genguard.hf.smollm2 import gguf_path
 
-    code, out, _ = run(capsys, str(gguf_path()), str(snapshot), "--budget", "int4")
+    model = ("--model", str(folder))
+    code, out, _ = run(capsys, str(gguf_path()), str(snapshot), "--budget", "int8", *model)
     assert code == 0, out
     assert "(Q4_1, KV cache f16): holds" in out
-    code, out, _ = run(capsys, str(gguf_path()), str(snapshot))
+    assert "relative to the reference model's own int8 conversion" in out  # the snapshot's calibration scales it
+    code, out, _ = run(capsys, str(gguf_path()), str(snapshot), *model)
     assert code == 1, out
+    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
+    code, out, _ = run(capsys, str(bad), str(snapshot), "--budget", "int8", *model)
+    assert code == 1, out
+    assert "(F32, KV cache f16): OUTSIDE THE BUDGET" in out
