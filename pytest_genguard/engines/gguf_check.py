@@ -136,7 +136,9 @@ def check(
     except EngineUnavailable as exc:
         raise BadInput(str(exc)) from None
     model, tokenizer = _hf_side(path, model_dir)
-    mismatches = gguf_conformance.tokenizer_mismatches(path, tokenizer, [t for _, t in traces])
+    snapshots_traces = [t for _, t in traces]
+    mismatches = gguf_conformance.tokenizer_mismatches(path, tokenizer, snapshots_traces)
+    mismatches += gguf_conformance.template_mismatches(path, tokenizer, snapshots_traces)
     if model_dir is not None:
         mismatches = gguf_conformance.metadata_mismatches(path, model.config) + mismatches
     else:

@@ -22,7 +22,7 @@ from pytest_genguard.core.trace import GenerationTrace
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-__all__ = ["CORPUS", "Mismatch", "conformance", "metadata_mismatches", "tokenizer_mismatches"]
+__all__ = ["CORPUS", "Mismatch", "conformance", "metadata_mismatches", "template_mismatches", "tokenizer_mismatches"]
 
 CORPUS = (
     "3333+777 = 4110",
@@ -41,7 +41,7 @@ _FLOAT_RTOL = 1e-6  # GGUF stores float32: 1e-5 comes back as 9.9999997e-06
 class Mismatch:
     """One way the GGUF differs from the model the snapshot was recorded on."""
 
-    kind: str  # "metadata", "tokenizer", "special tokens"
+    kind: str  # "metadata", "tokenizer", "special tokens", "chat template"
     name: str  # the metadata key, or the text tokenized
     expected: str  # the transformers side (the config, the tokenizer, the snapshot's ids)
     actual: str  # the GGUF side
@@ -179,8 +179,65 @@ def tokenizer_mismatches(
         llm.close()
 
 
+def _first_char_difference(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def template_mismatches(
+    path: Path, tokenizer: PreTrainedTokenizerBase, traces: Iterable[GenerationTrace] = ()
+) -> list[Mismatch]:
+    """The GGUF's embedded chat template against the tokenizer's, and each snapshot conversation rendered with the
+    GGUF's template as llama-cpp-python renders it (``Jinja2ChatFormatter``, its chat completions' formatter for a
+    GGUF's own template) against the text the snapshot recorded."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    embedded = _fields(path).get("tokenizer.chat_template")
+    expected = getattr(tokenizer, "chat_template", None)
+    if not isinstance(expected, str):
+        return []  # no template, or several by name: the conversations below would not be rendered by one
+    if not isinstance(embedded, str):
+        return [Mismatch("chat template", "tokenizer.chat_template", f"a template ({len(expected)} chars)", "none")]
+    out = []
+    if embedded != expected:
+        at = _first_char_difference(expected, embedded)
+        out.append(
+            Mismatch(
+                "chat template",
+                "tokenizer.chat_template",
+                f"the tokenizer's ({len(expected)} chars; from char {at}: {quote(expected[at:], 40)})",
+                f"another ({len(embedded)} chars; from char {at}: {quote(embedded[at:], 40)})",
+            )
+        )
+    formatter = Jinja2ChatFormatter(
+        template=embedded, eos_token=str(tokenizer.eos_token or ""), bos_token=str(tokenizer.bos_token or "")
+    )
+    for trace in traces:
+        for i, prompt in enumerate(trace.prompts):
+            if prompt.messages is None:
+                continue
+            messages: list[Any] = [dict(m) for m in prompt.messages]  # llama-cpp-python's TypedDicts, as JSON
+            rendered = formatter(messages=messages).prompt
+            if rendered != prompt.prompt:
+                at = _first_char_difference(prompt.prompt, rendered)
+                out.append(
+                    Mismatch(
+                        "chat template",
+                        f"snapshot conversation {i} rendered with the GGUF's template",
+                        f"{quote(prompt.prompt[at:], 40)} from char {at}",
+                        quote(rendered[at:], 40),
+                    )
+                )
+    return out
+
+
 def conformance(
     path: Path, config: PretrainedConfig, tokenizer: PreTrainedTokenizerBase, traces: Iterable[GenerationTrace] = ()
 ) -> list[Mismatch]:
-    """Every mismatch between the GGUF at `path` and the model (config, tokenizer, the snapshots' prompt ids)."""
-    return metadata_mismatches(path, config) + tokenizer_mismatches(path, tokenizer, traces)
+    """Every mismatch between the GGUF at `path` and the model (config, tokenizer, chat template, the snapshots'
+    prompts)."""
+    traces = list(traces)
+    return (
+        metadata_mismatches(path, config)
+        + tokenizer_mismatches(path, tokenizer, traces)
+        + template_mismatches(path, tokenizer, traces)
+    )

@@ -128,3 +128,18 @@ def test_the_shipped_q4_1_holds_the_int4_and_int8_budgets_and_the_rope_bug_does_
     bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
     broken = llama.record(folder, reference=reference, converted=bad)
     assert not traces_report(reference, broken, PRESETS["int8"]).holds
+
+
+def test_another_embedded_chat_template_is_named_with_the_conversations_it_renders_otherwise(
+    hf: tuple[Any, Any], reference: Any, f32_gguf: Path, tmp_path: Path
+) -> None:
+    from pytest_genguard.engines.gguf_conformance import conformance, template_mismatches
+
+    # A converter that wrote a template without the default system prompt (the tokenizer's adds one).
+    plain = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    bad = edited(f32_gguf, tmp_path, "gguf_new_metadata", "--chat-template", plain + "{{ '<|im_start|>assistant\n' }}")
+    named = [str(m) for m in template_mismatches(bad, hf[1], [reference])]
+    assert named[0].startswith("chat template: tokenizer.chat_template: expected the tokenizer's")
+    assert any("snapshot conversation 0 rendered with the GGUF's template" in m for m in named)
+    assert not any("conversation 1" in m for m in named)  # it has a system message: both templates render it alike
+    assert [m.kind for m in conformance(bad, hf[0].config, hf[1], [reference])] == ["chat template"] * len(named)
