@@ -5,8 +5,9 @@ running server against snapshots (`genguard check-server`, exit codes in `pytest
 `genguard fidelity` says how far a candidate trace is from a reference trace (the KLD lower bound of
 `pytest_genguard.core.fidelity`) and judges it by a budget.
 
-One module per subcommand (`show`, `diff`, `fidelity`, `report`, `bisect_command`, `check_server`), each with its
-`HELP`, `add_arguments(parser)` and `run(args)`; `inputs` holds what they share. This module only wires them.
+One module per subcommand (`show`, `diff`, `fidelity`, `report`, `bisect_command`, `check_server`, `check_gguf`),
+each with its `HELP`, `add_arguments(parser)` and `run(args)`; `inputs` holds what they share. This module only wires
+them.
 
 Exit codes: 0 when the command did its job (for `diff`: the comparison holds; for `fidelity`: within the budget),
 1 when `diff` finds a regression or a stale trace (`fidelity`: outside the budget), 2 for bad input (a missing or
@@ -22,7 +23,7 @@ import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from pytest_genguard.cli import bisect_command, check_server, diff, fidelity, report, show
+from pytest_genguard.cli import bisect_command, check_gguf, check_server, diff, fidelity, report, show
 from pytest_genguard.cli.inputs import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "SUBCOMMANDS", "CliError", "build_parser", "main"]
@@ -33,6 +34,7 @@ SUBCOMMANDS: dict[str, ModuleType] = {
     "fidelity": fidelity,
     "bisect": bisect_command,
     "check-server": check_server,
+    "check-gguf": check_gguf,
     "report": report,
 }
 """Each subcommand's module, in the order `genguard --help` lists them."""

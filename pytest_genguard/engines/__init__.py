@@ -1,4 +1,4 @@
-"""Serving engines judged by the snapshots of the model they serve: CTranslate2 and ONNX Runtime.
+"""Serving engines judged by the snapshots of the model they serve: CTranslate2, llama.cpp and ONNX Runtime.
 
 `engine("ctranslate2").record(model_dir, reference=trace)` converts a `save_pretrained` folder (cached by the weights'
 fingerprint), teacher forces the reference trace's paths through the engine and returns a `GenerationTrace` that
@@ -16,14 +16,15 @@ from pytest_genguard.engines.base import Backend, Engine, backend_for
 
 __all__ = ["ENGINES", "Backend", "Engine", "EngineUnavailable", "engine"]
 
-ENGINES = ("ctranslate2", "onnxruntime")
+ENGINES = ("ctranslate2", "llama_cpp", "onnxruntime")
 """The engines genguard can judge, by the name `engine()` takes."""
 
 
-def engine(name: str, *, cache_dir: Path | str | None = None) -> Engine:
-    """The engine `name` (one of `ENGINES`), converting into `cache_dir` (default: genguard's cache dir).
+def engine(name: str, *, cache_dir: Path | str | None = None, **options: str) -> Engine:
+    """The engine `name` (one of `ENGINES`), converting into `cache_dir` (default: genguard's cache dir); `options`
+    configure it (llama.cpp: ``outtype`` f32, bf16 or q8_0 for the conversion, ``kv_cache`` f16 or f32).
 
     Raises `EngineUnavailable` (an ImportError whose message is the install command) when the engine's extra is not
     installed, and ValueError for an unknown name.
     """
-    return Engine(backend_for(name), None if cache_dir is None else Path(cache_dir))
+    return Engine(backend_for(name, **options), None if cache_dir is None else Path(cache_dir))

@@ -1,17 +1,18 @@
 """What every engine shares: its conversion cache, the teacher-forced pass through it, the trace it yields.
 
-An engine module (`ct2`, `ort`) gives a `Backend`: how to convert a `save_pretrained` folder, how to load the result,
-and a function that returns the raw logits of whole token sequences. The rest is the same for every engine and reuses
-the torch side: the model fingerprint and generation config come from the saved Hugging Face model, the trace is built
-by `hf.teacher` (processors re-applied along the path, top-k, greedy preferences) from the engine's logits instead of
-the model's, and the environment names the engine, so a failure reads ``recorded on transformers, now ctranslate2``.
+An engine module (`ct2`, `ort`, `llama_cpp`) gives a `Backend`: how to convert a `save_pretrained` folder, how to
+load the result, and a function that returns the raw logits of whole token sequences. The rest is the same for every
+engine and reuses the torch side: the model fingerprint and generation config come from the saved Hugging Face model,
+the trace is built by `hf.teacher` (processors re-applied along the path, top-k, greedy preferences) from the
+engine's logits instead of the model's, and the environment names the engine, so a failure reads ``recorded on
+transformers, now ctranslate2``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +36,16 @@ Logits = Callable[[Sequence[Sequence[int]]], Sequence["numpy.ndarray[Any, Any]"]
 CONVERSION_FORMAT = 1
 """Bump when a conversion changes for the same model and engine version: old cache entries are then not found."""
 
-_MODULES = {"ctranslate2": "pytest_genguard.engines.ct2", "onnxruntime": "pytest_genguard.engines.ort"}
-_PACKAGES = {"ctranslate2": ("ctranslate2",), "onnxruntime": ("onnxruntime", "onnx")}
+_MODULES = {
+    "ctranslate2": "pytest_genguard.engines.ct2",
+    "llama_cpp": "pytest_genguard.engines.llama_cpp",
+    "onnxruntime": "pytest_genguard.engines.ort",
+}
+_PACKAGES = {
+    "ctranslate2": ("ctranslate2",),
+    "llama_cpp": ("llama_cpp", "gguf"),
+    "onnxruntime": ("onnxruntime", "onnx"),
+}
 
 
 def install_command(name: str) -> str:
@@ -53,10 +62,15 @@ class Backend:
     compute_type: str  # what the engine computes in ("float32": held to the float32 rule)
     convert: Callable[[Path, Path], None]  # save_pretrained folder -> folder of flat files
     load: Callable[[Path], Logits]
+    variant: str = ""
+    """What else decides the conversion's bytes (llama.cpp's GGUF file type), part of its cache key when set."""
+    describe: Callable[[Path], Mapping[str, JSONScalar]] | None = None
+    """Fields the trace's environment gets from the converted model it ran (llama.cpp: the GGUF's file type)."""
 
 
-def backend_for(name: str) -> Backend:
-    """The backend of engine `name`, importing its module (and so the engine) now."""
+def backend_for(name: str, **options: str) -> Backend:
+    """The backend of engine `name`, importing its module (and so the engine) now; `options` go to its
+    ``backend()`` (llama.cpp: ``outtype``, ``kv_cache``)."""
     if name not in _MODULES:
         raise ValueError(f"genguard engines: unknown engine {name!r}; choose one of {', '.join(sorted(_MODULES))}")
     for package in _PACKAGES[name]:
@@ -67,7 +81,10 @@ def backend_for(name: str) -> Backend:
                 f"genguard engine {name!r} needs the package {package!r}, which cannot be imported ({exc}); "
                 f"install it with: {install_command(name)}"
             ) from exc
-    backend = importlib.import_module(_MODULES[name]).backend()
+    module = importlib.import_module(_MODULES[name])
+    if options and name != "llama_cpp":
+        raise ValueError(f"genguard engines: engine {name!r} takes no options, got {', '.join(sorted(options))}")
+    backend = module.backend(**options)
     if not isinstance(backend, Backend):
         raise TypeError(
             f"genguard engines: {_MODULES[name]}.backend() returned {type(backend).__name__}, not a Backend"
@@ -119,7 +136,24 @@ class Engine:
         model, saved_tokenizer = _load_saved(folder, need_tokenizer=tokenizer is None)
         tok = tokenizer if tokenizer is not None else saved_tokenizer
         engine_dir = Path(converted) if converted is not None else self._converted(folder, model)
+        return self.record_model(
+            model, tok, reference=reference, converted=engine_dir, logits_processor=logits_processor
+        )
+
+    def record_model(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        reference: GenerationTrace,
+        converted: Path | str,
+        logits_processor: Sequence[Any] = (),
+    ) -> GenerationTrace:
+        """`record()` with the Hugging Face side already loaded (it gives the generation config, the processors and
+        the fingerprint; the logits all come from `converted`): ``genguard check-gguf`` loads it from the GGUF."""
+        engine_dir = Path(converted)
         logits = self.backend.load(engine_dir)
+        tok = tokenizer
         actual, _ = teacher_force_with_preferences(
             model,
             tok,
@@ -127,14 +161,16 @@ class Engine:
             logits_processor=list(logits_processor),
             engine=lambda trace, steps: _forced_logits(logits, trace, steps),
         )
-        return dataclasses.replace(actual, environment=self._environment(actual.environment))
+        return dataclasses.replace(actual, environment=self._environment(actual.environment, engine_dir))
 
-    def _environment(self, hf: Any) -> dict[str, JSONScalar]:
+    def _environment(self, hf: Any, engine_dir: Path) -> dict[str, JSONScalar]:
         """The trace's environment: the host's fields, the engine's in place of the attention implementation."""
         fields = {k: v for k, v in dict(hf).items() if k != "attn_implementation"}
         fields["engine"] = f"{self.backend.name} {self.backend.version}"
         fields["dtype"] = self.backend.compute_type
         fields["engine_values"] = "raw logits, teacher forced; processed scores by transformers' processors"
+        if self.backend.describe is not None:
+            fields.update(self.backend.describe(engine_dir))
         return fields
 
     def _converted(self, model_dir: Path, model: PreTrainedModel) -> Path:
@@ -147,6 +183,7 @@ class Engine:
                 "weights": fingerprint.weights_hash,
                 "config": fingerprint.config_hash,
                 "format": CONVERSION_FORMAT,
+                **({"variant": self.backend.variant} if self.backend.variant else {}),
             }
         )
         root = (self.cache_dir or default_cache_dir()) / "engines" / self.backend.name

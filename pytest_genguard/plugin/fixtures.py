@@ -50,15 +50,15 @@ def genguard_snapshot(snapshot: SnapshotAssertion, request: pytest.FixtureReques
 
 
 @pytest.fixture(scope="session")
-def genguard_engine(pytestconfig: pytest.Config) -> Callable[[str], Engine]:
+def genguard_engine(pytestconfig: pytest.Config) -> Callable[..., Engine]:
     """Factory: `genguard_engine("ctranslate2")` is a serving engine (`pytest_genguard.engines`) converting into
     genguard's cache folder; a test whose engine is not installed is skipped with the command that installs it."""
     from pytest_genguard.engines import EngineUnavailable, engine
     from pytest_genguard.plugin.finetune_fixture import cache_dir_for
 
-    def genguard_engine(name: str) -> Engine:
+    def genguard_engine(name: str, **options: str) -> Engine:
         try:
-            return engine(name, cache_dir=cache_dir_for(pytestconfig))
+            return engine(name, cache_dir=cache_dir_for(pytestconfig), **options)
         except EngineUnavailable as exc:
             pytest.skip(str(exc))
 

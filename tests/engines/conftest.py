@@ -1,9 +1,13 @@
-"""Fixtures of the engine tests: tiny models saved with `save_pretrained`."""
+"""Fixtures of the engine tests: tiny models saved with `save_pretrained`; the real chat model (SmolLM2-135M-Instruct),
+its float32 reference trace and llama.cpp's converter's F32 file of it (the llama.cpp tests)."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from pytest_genguard import record
+from pytest_genguard.core.errors import GenguardError
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 
 
@@ -17,3 +21,49 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         tiny_tokenizer().save_pretrained(folder)
         folders[arch] = folder
     return folders
+
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [
+        {"role": "system", "content": "You are a concise assistant."},
+        {"role": "user", "content": "What is 3333+777? Answer with the number."},
+    ],
+]
+PROMPTS = [*CONVERSATIONS, "Café déjà vu — 123 😊 and the digits 1234567890:"]
+STEPS = 32
+
+
+@pytest.fixture(scope="session")
+def folder() -> Path:
+    from pytest_genguard.hf.smollm2 import smollm2_folder
+
+    try:
+        return smollm2_folder()
+    except GenguardError as exc:  # the model package is missing: say how to install it
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def hf(folder: Path) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def reference(hf: tuple[Any, Any]) -> Any:
+    """transformers' float32 trace, with the model's own int8/int4 calibration (the budgets' scale)."""
+    from pytest_genguard import calibrate
+
+    model, tokenizer = hf
+    trace = record(model, tokenizer, PROMPTS, max_new_tokens=STEPS, top_k=5, do_sample=False)
+    return calibrate(model, tokenizer, trace, precisions=("int8", "int4"))
+
+
+@pytest.fixture(scope="session")
+def f32_gguf(folder: Path, genguard_engine: Any) -> Path:
+    """llama.cpp's converter's F32 file of the float32 folder (cached by the weights' fingerprint)."""
+    return genguard_engine("llama_cpp", outtype="f32").convert(folder) / "model.gguf"

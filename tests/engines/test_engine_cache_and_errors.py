@@ -37,7 +37,7 @@ def test_a_missing_engine_names_its_install_command(monkeypatch: pytest.MonkeyPa
 
 
 def test_an_unknown_engine_lists_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown engine 'vllm'; choose one of ctranslate2, onnxruntime"):
+    with pytest.raises(ValueError, match="unknown engine 'vllm'; choose one of ctranslate2, llama_cpp, onnxruntime"):
         engine("vllm")
 
 

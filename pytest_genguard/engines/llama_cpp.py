@@ -1,0 +1,192 @@
+"""llama.cpp through llama-cpp-python (``pip install "pytest-genguard[llama_cpp]"``): the GGUF file that llama.cpp,
+Ollama and LM Studio users run, teacher forced in process with ``Llama(model_path, logits_all=True)``: one
+``eval(ids)`` per prompt path, every position's logits from ``scores``.
+
+A `save_pretrained` folder is converted with llama.cpp's own ``convert_hf_to_gguf.py`` (``--outtype`` f32, bf16 or
+q8_0), vendored in llama-cpp-python's source distribution: PyPI ships llama-cpp-python as source only, so
+``.ci/llama-cpp-wheel`` builds it once and keeps the unpacked source beside the wheel, where `source_dir()` finds
+it. A GGUF made elsewhere (a quantized file you ship) is judged as given: ``record(folder, converted=file)``.
+
+llama.cpp stores its KV cache in float16 by default: a precision change of its own (up to 5e-3 in a logprob on an
+F32 file), so the cache type is an option (``kv_cache="f32"`` holds the float32 rule) and part of the trace's
+environment, with the GGUF's file type.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gguf
+import llama_cpp
+import numpy
+
+from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.engines.base import Backend, Logits
+
+__all__ = [
+    "GGUF_FILE",
+    "KV_CACHES",
+    "OUTTYPES",
+    "backend",
+    "convert",
+    "file_type",
+    "gguf_file",
+    "load",
+    "metadata_script",
+    "source_dir",
+]
+
+GGUF_FILE = "model.gguf"
+"""The file a conversion writes into its cache folder."""
+OUTTYPES = ("f32", "bf16", "q8_0")
+"""``convert_hf_to_gguf.py --outtype`` values genguard converts to."""
+KV_CACHES = {"f16": llama_cpp.GGML_TYPE_F16, "f32": llama_cpp.GGML_TYPE_F32}
+"""The KV cache types (``type_k`` and ``type_v``); f16 is llama.cpp's default."""
+SOURCE_ENV = "GENGUARD_LLAMA_SOURCE"
+HOME_ENV = "GENGUARD_LLAMA_HOME"
+RECIPE = 1  # .ci/llama-cpp-wheel's recipe number: the folder it keeps the wheel and the source in
+_BUILD = ".ci/llama-cpp-wheel"
+
+
+def source_dir() -> Path:
+    """llama.cpp's source as llama-cpp-python vendors it (``vendor/llama.cpp``: the converter, gguf-py's scripts):
+    ``$GENGUARD_LLAMA_SOURCE`` (the unpacked sdist, or its ``vendor/llama.cpp``), else the ``sdist`` folder that
+    ``.ci/llama-cpp-wheel`` keeps under ``${GENGUARD_LLAMA_HOME:-~/.cache/genguard}``."""
+    env = os.environ.get(SOURCE_ENV)
+    if env:
+        base = Path(env).expanduser()
+    else:
+        home = Path(os.environ.get(HOME_ENV) or Path.home() / ".cache" / "genguard").expanduser()
+        tag = f"py{sys.version_info[0]}.{sys.version_info[1]}"
+        base = home / f"llama-cpp-python-{llama_cpp.__version__}-{tag}-recipe{RECIPE}" / "sdist"
+    for candidate in (base / "vendor" / "llama.cpp", base):
+        if (candidate / "convert_hf_to_gguf.py").is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"genguard engine 'llama_cpp': no llama.cpp source with convert_hf_to_gguf.py at {base} (needed to convert a "
+        f"save_pretrained folder to GGUF); build it with {_BUILD} (it keeps the unpacked llama-cpp-python "
+        f"{llama_cpp.__version__} source there), or set {SOURCE_ENV} to an unpacked llama-cpp-python sdist"
+    )
+
+
+def metadata_script(name: str) -> Path:
+    """gguf-py's script `name` (``gguf_set_metadata``, ``gguf_new_metadata``, ...) in `source_dir()`."""
+    path = source_dir() / "gguf-py" / "gguf" / "scripts" / f"{name}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"genguard engine 'llama_cpp': {path} does not exist (gguf-py has no script {name!r})")
+    return path
+
+
+def convert(model_dir: Path, out: Path, outtype: str = "f32") -> None:
+    """``convert_hf_to_gguf.py <model_dir> --outtype <outtype> --outfile <out>/model.gguf``, run by this Python
+    (it needs torch, transformers and sentencepiece, and uses the gguf-py vendored beside it)."""
+    if outtype not in OUTTYPES:
+        raise ValueError(f"genguard engine 'llama_cpp': outtype {outtype!r}; choose one of {', '.join(OUTTYPES)}")
+    script = source_dir() / "convert_hf_to_gguf.py"
+    command = [sys.executable, str(script), str(model_dir), "--outtype", outtype, "--outfile", str(out / GGUF_FILE)]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not (out / GGUF_FILE).is_file():
+        tail = "\n".join(result.stderr.strip().splitlines()[-6:])
+        raise RuntimeError(
+            f"genguard engine 'llama_cpp': convert_hf_to_gguf.py could not convert {model_dir} "
+            f"(exit {result.returncode}):\n{tail}"
+        )
+
+
+def gguf_file(converted: Path) -> Path:
+    """The GGUF file `converted` names: the file itself, or a conversion folder's ``model.gguf``."""
+    path = converted / GGUF_FILE if converted.is_dir() else converted
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"genguard engines: {converted} is not a GGUF file (and holds no {GGUF_FILE}); pass the .gguf file, or "
+            "leave converted= unset and genguard converts the saved model with convert_hf_to_gguf.py"
+        )
+    with path.open("rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ValueError(f"genguard engines: {path} is not a GGUF file (it does not start with b'GGUF')")
+    return path
+
+
+def file_type(path: Path) -> str:
+    """The GGUF's ``general.file_type`` by llama.cpp's name: F32, BF16, Q8_0, Q4_1, Q4_K_M, ..."""
+    field = gguf.GGUFReader(str(path)).get_field("general.file_type")
+    if field is None:
+        return "unknown (no general.file_type)"
+    value = int(field.contents())
+    try:
+        name = gguf.LlamaFileType(value).name
+    except ValueError:
+        return f"unknown ({value})"
+    return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+class _Session:
+    """A llama.cpp context on one GGUF, grown when a longer sequence comes (``logits_all`` keeps ``n_ctx`` rows of
+    vocabulary-wide logits, so the context is no larger than the longest path)."""
+
+    def __init__(self, path: Path, kv_cache: str) -> None:
+        self.path = path
+        self.kv_type = KV_CACHES[kv_cache]
+        self.llm: Any = None
+        self.n_ctx = 0
+
+    def _context(self, length: int) -> Any:
+        if self.llm is None or length > self.n_ctx:
+            if self.llm is not None:
+                self.llm.close()
+            self.n_ctx = max(256, -(-length // 256) * 256)
+            self.llm = llama_cpp.Llama(
+                model_path=str(self.path),
+                n_ctx=self.n_ctx,
+                n_batch=self.n_ctx,
+                n_ubatch=self.n_ctx,
+                logits_all=True,
+                type_k=self.kv_type,
+                type_v=self.kv_type,
+                n_threads=1,
+                n_threads_batch=1,
+                verbose=False,
+            )
+        return self.llm
+
+    def logits(self, sequences: Sequence[Sequence[int]]) -> list[numpy.ndarray[Any, Any]]:
+        out = []
+        for sequence in sequences:
+            llm = self._context(len(sequence))
+            llm.reset()
+            llm.eval(list(sequence))
+            out.append(numpy.array(llm.scores[: len(sequence)], dtype=numpy.float32))
+        return out
+
+
+def load(converted: Path, kv_cache: str = "f16") -> Logits:
+    """A llama.cpp context on `converted` (a GGUF file, or a conversion folder), one thread, as a function from id
+    sequences to their raw logits; the KV cache in `kv_cache` (f16 or f32)."""
+    return _Session(gguf_file(converted), kv_cache).logits
+
+
+def backend(outtype: str = "f32", kv_cache: str = "f16") -> Backend:
+    """llama.cpp as genguard runs it: conversions to `outtype`, a KV cache of `kv_cache`."""
+    if outtype not in OUTTYPES:
+        raise ValueError(f"genguard engine 'llama_cpp': outtype={outtype!r}; choose one of {', '.join(OUTTYPES)}")
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"genguard engine 'llama_cpp': kv_cache={kv_cache!r}; choose one of {', '.join(KV_CACHES)}")
+
+    def describe(converted: Path) -> Mapping[str, JSONScalar]:
+        path = gguf_file(converted)
+        return {"gguf_file_type": file_type(path), "kv_cache": kv_cache, "gguf": path.name}
+
+    return Backend(
+        "llama_cpp",
+        str(llama_cpp.__version__),
+        "float32",
+        lambda model_dir, out: convert(model_dir, out, outtype),
+        lambda converted: load(converted, kv_cache),
+        variant=outtype,
+        describe=describe,
+    )

@@ -1,0 +1,59 @@
+"""`.ci/llama-cpp-wheel` (CI's llama.cpp leg builds or reuses llama-cpp-python's wheel with it) fails loudly when the
+source cannot be had, leaves nothing a later run would take for a built wheel, and reuses a complete folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def python_tag() -> str:
+    return subprocess.run(
+        ["python3", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def run_script(home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ROOT / ".ci" / "llama-cpp-wheel")],
+        env={**os.environ, "GENGUARD_LLAMA_HOME": str(home), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_download_that_fails_says_so_and_leaves_no_folder(tmp_path: Path) -> None:
+    # No index and no find-links: pip has nowhere to get the source distribution from.
+    result = run_script(tmp_path / "home", PIP_NO_INDEX="1", PIP_FIND_LINKS="", PIP_CONFIG_FILE=os.devnull)
+    assert result.returncode != 0
+    assert "llama-cpp-wheel: FAILED to download the source distribution of llama-cpp-python==0.3.36" in result.stderr
+    assert result.stdout == ""  # no path printed: the caller has nothing to use
+    left = sorted(p.name for p in (tmp_path / "home").iterdir())
+    assert [name for name in left if not name.endswith(".lock")] == []  # the half-built folder is gone
+
+
+def test_a_complete_folder_at_its_versioned_path_is_reused_not_rebuilt(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    folder = home / f"llama-cpp-python-0.3.36-py{python_tag()}-recipe1"
+    wheel = folder / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
+    converter = folder / "sdist" / "vendor" / "llama.cpp" / "convert_hf_to_gguf.py"
+    converter.parent.mkdir(parents=True)
+    converter.write_text("", encoding="utf-8")
+    wheel.write_bytes(b"")  # stands in for the built wheel
+    result = run_script(home, PIP_NO_INDEX="1")  # reusing needs no download
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(wheel)
+    assert "building" not in result.stderr
+    # Negative control: without the kept source (the engine's converter), the folder is not complete: it rebuilds.
+    converter.unlink()
+    rebuilt = run_script(home, PIP_NO_INDEX="1", PIP_FIND_LINKS="", PIP_CONFIG_FILE=os.devnull)
+    assert rebuilt.returncode != 0
+    assert "llama-cpp-wheel: building" in rebuilt.stderr
