@@ -24,7 +24,7 @@ import torch
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.environments import environment_differences, same_environment
-from pytest_genguard.core.tolerances import BFLOAT16, EXACT, FLOAT32, Tolerances
+from pytest_genguard.core.tolerances import BFLOAT16, EXACT, FLOAT32, TIE_ULPS, Tolerances
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.finetune import FineTuned
@@ -75,39 +75,47 @@ def with_threads(n: int, fn: Callable[[], GenerationTrace]) -> GenerationTrace:
 # ------------------------------------------------------------------------------------------------ the oracle
 
 
-def _close(a: float, b: float, tol: Tolerances) -> bool:
-    return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= tol.atol + tol.rtol * max(abs(a), abs(b)))
+def _close(a: float, b: float, tol: Tolerances, rounding: float = 0.0) -> bool:
+    allowed = tol.atol + tol.rtol * max(abs(a), abs(b)) + tol.lse_ulps * rounding
+    return a == b or (math.isfinite(a) and math.isfinite(b) and abs(a - b) <= allowed)
 
 
-def _values_beyond(e: Step, a: Step, tol: Tolerances) -> bool:
+def _rounding(e: Step, a: Step, eps: float) -> float:
+    """A bf16/fp16 step's rounding unit: the model dtype's epsilon times the larger |lse| (docs/rule.md)."""
+    return eps * max((abs(x) for x in (e.lse, a.lse) if x is not None and math.isfinite(x)), default=0.0)
+
+
+def _values_beyond(e: Step, a: Step, tol: Tolerances, eps: float = 0.0) -> bool:
     """Whether a step where both chose the same token has a value beyond tolerance (the documented rule)."""
-    if not (_close(e.logprob, a.logprob, tol) and _close(e.score, a.score, tol)):
+    r = _rounding(e, a, eps)
+    if not (_close(e.logprob, a.logprob, tol, r) and _close(e.score, a.score, tol, r)):
         return True
     e_map, a_map = dict(zip(e.top_ids, e.top_logprobs, strict=True)), dict(zip(a.top_ids, a.top_logprobs, strict=True))
     for tid, lp in e_map.items():  # a token only one side lists is compared with the other side's k-th value
-        if not _close(lp, a_map.get(tid, a.top_logprobs[-1]), tol):
+        if not _close(lp, a_map.get(tid, a.top_logprobs[-1]), tol, r):
             return True
-    return any(not _close(e.top_logprobs[-1], lp, tol) for tid, lp in a_map.items() if tid not in e_map)
+    return any(not _close(e.top_logprobs[-1], lp, tol, r) for tid, lp in a_map.items() if tid not in e_map)
 
 
-def _near_tie(e: Step, a: Step, tol: Tolerances) -> bool:
+def _near_tie(e: Step, a: Step, tol: Tolerances, eps: float = 0.0) -> bool:
     if a.token_id not in e.top_ids or e.token_id not in a.top_ids:
         return False
     gap_e = abs(e.logprob - e.top_logprobs[e.top_ids.index(a.token_id)])
     gap_a = abs(a.logprob - a.top_logprobs[a.top_ids.index(e.token_id)])
-    return max(gap_e, gap_a) <= tol.tie_tol
+    return max(gap_e, gap_a) <= tol.tie_tol + TIE_ULPS * _rounding(e, a, eps)
 
 
 def _values(step: Step) -> tuple[Any, ...]:
     return step.token_id, step.logprob, step.score, step.top_ids, step.top_logprobs
 
 
-def expected_outcome(e: PromptTrace, a: PromptTrace, tol: Tolerances) -> tuple[str, int | None]:
-    """An independent walk of the rule: (classification, step) for one prompt."""
+def expected_outcome(e: PromptTrace, a: PromptTrace, tol: Tolerances, eps: float = 0.0) -> tuple[str, int | None]:
+    """An independent walk of the rule: (classification, step) for one prompt; `eps` the reduced-precision model's
+    logit rounding (0: float32, where the float64 logprobs' own rounding is negligible)."""
     for s, (es, as_) in enumerate(zip(e.steps, a.steps, strict=False)):
         if es.token_id != as_.token_id:
-            return ("tolerated near-tie divergence" if _near_tie(es, as_, tol) else "regression"), s
-        if _values_beyond(es, as_, tol):
+            return ("tolerated near-tie divergence" if _near_tie(es, as_, tol, eps) else "regression"), s
+        if _values_beyond(es, as_, tol, eps):
             return "regression", s
     if len(e.steps) != len(a.steps) or e.finish_reason != a.finish_reason:
         n = min(len(e.steps), len(a.steps))
@@ -180,12 +188,17 @@ def test_solo_vs_batched_with_left_padding_is_identical_or_within_tolerance(
     assert len({len(p.prompt_ids) for p in base.prompts}) > 1  # the batch really was padded
 
 
-def test_fp32_vs_bf16_divergences_are_found_and_classified_at_the_right_step(
+def test_fp32_vs_bf16_is_classified_by_the_bf16_rule_at_the_right_step(
     tuned: FineTuned, rec: Callable[..., GenerationTrace]
 ) -> None:
+    """The bf16 cast of the fine-tuned tiny gpt2 keeps every token path here; what moves is each logit by its bf16
+    rounding. The bf16 rule (values allowed `lse_ulps` ulps of the logits: docs/rule.md) calls that within tolerance,
+    as the oracle's independent walk does; the same walk without the logits' rounding (the rule before it was measured
+    on a real model) calls some of it a regression. Tolerated splits are classified on real bf16 data in
+    tests/core/test_real_model_data.py."""
     prompts = probe_prompts() + OFF_DISTRIBUTION
-    fp32 = rec(prompts=prompts, max_new_tokens=8)
-    bf16 = rec(copy.deepcopy(tuned.model).to(torch.bfloat16), prompts=prompts, max_new_tokens=8)
+    fp32 = rec(prompts=prompts, max_new_tokens=24)
+    bf16 = rec(copy.deepcopy(tuned.model).to(torch.bfloat16), prompts=prompts, max_new_tokens=24)
     assert "dtype" in environment_differences(fp32.environment, bf16.environment)
     assert fp32.model is not None and bf16.model is not None
     assert fp32.model.weights_hash != bf16.model.weights_hash  # the cast changed the weights' bytes ...
@@ -196,10 +209,11 @@ def test_fp32_vs_bf16_divergences_are_found_and_classified_at_the_right_step(
     outcomes = prompt_outcomes(cmp)
     table("fp32 vs bf16 (bf16 tolerance)", outcomes)
     for o, e, a in zip(outcomes, fp32.prompts, bf16.prompts, strict=True):
-        assert (o.outcome, o.step) == expected_outcome(e, a, BFLOAT16), o.describe()
-    diverged = [o for o in outcomes if o.outcome not in MATCHED]
-    assert diverged, "bf16 drifted nowhere: the off-distribution prompts no longer probe near ties"
-    for o in diverged:
+        assert (o.outcome, o.step) == expected_outcome(e, a, BFLOAT16, 2.0**-7), o.describe()
         if o.outcome == "tolerated near-tie divergence":
-            assert o.gap is not None and o.gap <= BFLOAT16.tie_tol
-            assert o.margin is not None and o.margin <= BFLOAT16.tie_tol
+            step = a.steps[o.step or 0]
+            limit = BFLOAT16.tie_limit(2.0**-7 * abs(step.lse or 0.0))  # the bf16 logits' rounding widens it
+            assert o.gap is not None and o.gap <= limit + 1e-12
+    assert any(o.outcome == "within tolerance" for o in outcomes), "the cast changed no value: nothing was judged"
+    without_rounding = [expected_outcome(e, a, BFLOAT16)[0] for e, a in zip(fp32.prompts, bf16.prompts, strict=True)]
+    assert "regression" in without_rounding, "the logits' bf16 rounding is what the rule accepts here"
