@@ -7,27 +7,13 @@ import os
 import subprocess
 from pathlib import Path
 
+from ci_scripts import python_tag, run_ci_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def python_tag() -> str:
-    return subprocess.run(
-        ["python3", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-
-
 def run_script(home: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ROOT / ".ci" / "llama-cpp-wheel")],
-        env={**os.environ, "GENGUARD_LLAMA_HOME": str(home), **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_ci_script("llama-cpp-wheel", "GENGUARD_LLAMA_HOME", home, **env)
 
 
 def test_a_download_that_fails_says_so_and_leaves_no_folder(tmp_path: Path) -> None:

@@ -3,33 +3,18 @@ installed, and leaves nothing a later run would take for a working virtualenv.""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from ci_scripts import python_tag, run_ci_script
 
 ROOT = Path(__file__).resolve().parents[2]
 UV = Path(sys.executable).parent / "uv"  # the [test] extra's uv
 
 
-def python_tag() -> str:
-    return subprocess.run(
-        ["python3", "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-
-
 def run_script(home: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ROOT / ".ci" / "vllm-venv")],
-        env={**os.environ, "GENGUARD_VLLM_HOME": str(home), **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_ci_script("vllm-venv", "GENGUARD_VLLM_HOME", home, **env)
 
 
 def test_an_install_that_fails_says_so_and_leaves_no_virtualenv(tmp_path: Path) -> None:

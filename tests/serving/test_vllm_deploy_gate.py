@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import vllm_server
 
 from pytest_genguard.core.files import atomic_write_text
 
@@ -73,30 +74,9 @@ def test_a_bfloat16_server_with_a_wrong_norm_epsilon_is_outside_the_bf16_budget(
 def test_genguard_server_under_a_fidelity_marker_passes_bf16_and_fails_the_wrong_epsilon(
     calibrated_trace: Any, servers: dict[str, Any], tmp_path: Path
 ) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "test_served.py").write_text(
-        "from pathlib import Path\n"
-        "import pytest\n"
-        "from pytest_genguard.core.trace import GenerationTrace\n\n"
-        "@pytest.mark.genguard(fidelity='bf16')\n"
-        "def test_served(genguard_snapshot):\n"
-        "    trace = GenerationTrace.from_json(Path(__file__).with_name('served.json').read_text())\n"
-        "    assert trace == genguard_snapshot\n",
-        encoding="utf-8",
+    pytest_run = vllm_server.served_project(
+        tmp_path / "project", calibrated_trace.to_json(), marker="@pytest.mark.genguard(fidelity='bf16')"
     )
-    (project / "served.json").write_text(calibrated_trace.to_json(), encoding="utf-8")
-    (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-
-    def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-            cwd=project,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-
     assert pytest_run("--snapshot-update").returncode == 0
     holds = pytest_run("--genguard-server", servers["bfloat16"].url)
     assert holds.returncode == 0, holds.stdout[-3000:]

@@ -139,28 +139,7 @@ def test_the_served_model_under_load_holds_and_its_batch_variance_is_reported(
 def test_genguard_server_option_judges_existing_snapshot_tests_without_editing_them(
     served_trace: Any, servers: dict[str, Any], tmp_path: Path
 ) -> None:
-    project = tmp_path / "project"
-    project.mkdir()
-    (project / "test_served.py").write_text(
-        "from pathlib import Path\n"
-        "from pytest_genguard.core.trace import GenerationTrace\n\n"
-        "def test_served(genguard_snapshot):\n"
-        "    trace = GenerationTrace.from_json(Path(__file__).with_name('served.json').read_text())\n"
-        "    assert trace == genguard_snapshot\n",
-        encoding="utf-8",
-    )
-    (project / "served.json").write_text(served_trace.to_json(), encoding="utf-8")
-    (project / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-
-    def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
-            cwd=project,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-
+    pytest_run = vllm_server.served_project(tmp_path / "project", served_trace.to_json())
     created = pytest_run("--snapshot-update")
     assert created.returncode == 0, created.stdout
     holds = pytest_run("--genguard-server", servers["float32"].url)

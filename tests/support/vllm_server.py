@@ -18,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,3 +177,36 @@ def running(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: 
         yield server
     finally:
         server.stop()
+
+
+SERVED_TEST = """from pathlib import Path
+import pytest
+from pytest_genguard.core.trace import GenerationTrace
+
+{marker}def test_served(genguard_snapshot):
+    trace = GenerationTrace.from_json(Path(__file__).with_name('served.json').read_text())
+    assert trace == genguard_snapshot
+"""
+
+
+def served_project(
+    folder: Path, trace_json: str, *, marker: str = ""
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """A user's project in `folder` whose one test asserts `trace_json` against its snapshot (under `marker`, e.g.
+    ``"@pytest.mark.genguard(fidelity='bf16')"``), and a function that runs pytest there with the given arguments (in
+    a subprocess: `--genguard-server` talks to a real server)."""
+    folder.mkdir(parents=True)
+    (folder / "test_served.py").write_text(SERVED_TEST.format(marker=f"{marker}\n" if marker else ""), encoding="utf-8")
+    (folder / "served.json").write_text(trace_json, encoding="utf-8")
+    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    return run
