@@ -105,17 +105,9 @@ class Budget:
         them, so that a bound within the limits proves something (`alike`)."""
         if not self.ratios or self.precision is None:
             return self
-        if bounded and all(
-            isinstance((calibration or {}).get(calibration_key(self.precision, f"bound.{key}")), (int, float))
-            for key, _ in self.ratios
-        ):
-            alike = dataclasses.replace(self, precision=f"{self.precision}.bound").calibrated(calibration)
-            measured = f"{self.precision} conversion, both as lower bounds over the reference's recorded top-k"
-            basis = alike.basis.replace(f"{self.precision}.bound conversion", measured)
-            return dataclasses.replace(alike, precision=self.precision, basis=basis, alike=True)
-        raw = {key: (calibration or {}).get(calibration_key(self.precision, key)) for key, _ in self.ratios}
-        figures = {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        if len(figures) < len(raw):
+        bounds = _figures(calibration, f"{self.precision}.bound", self.ratios) if bounded else None
+        figures = bounds or _figures(calibration, self.precision, self.ratios)
+        if figures is None:
             return dataclasses.replace(
                 self,
                 ratios=(),
@@ -126,8 +118,9 @@ class Budget:
         limits = {key: max(ratio * figures[key], _FLOORS.get(key, 0.0)) for key, ratio in self.ratios}
         shown = ", ".join(f"{ratio:g}x {key} {figures[key]:.3g}" for key, ratio in self.ratios)
         fields: dict[str, Any] = {key: limits.get(key) for key in LIMITS}
-        basis = f"relative to the reference model's own {self.precision} conversion ({shown})"
-        return dataclasses.replace(self, **fields, ratios=(), basis=basis)
+        measured = ", both as lower bounds over the reference's recorded top-k" if bounds else ""
+        basis = f"relative to the reference model's own {self.precision} conversion{measured} ({shown})"
+        return dataclasses.replace(self, **fields, ratios=(), basis=basis, alike=bounds is not None)
 
     def limits(self) -> dict[str, float]:
         """The limits set, in `LIMITS` order."""
@@ -138,6 +131,16 @@ class Budget:
             f"{key} {'<=' if LIMITS[key] == 'max' else '>='} {value:g}" for key, value in self.limits().items()
         )
         return f"{self.name} ({shown})" + (f"; {self.basis}" if self.basis else "")
+
+
+def _figures(
+    calibration: Mapping[str, Any] | None, prefix: str, ratios: tuple[tuple[str, float], ...]
+) -> dict[str, float] | None:
+    """The calibration's figure under `prefix` (``"bf16"``, ``"bf16.bound"``) for every metric `ratios` scale; None
+    where one is missing."""
+    raw = {key: (calibration or {}).get(calibration_key(prefix, key)) for key, _ in ratios}
+    figures = {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return figures if len(figures) == len(raw) else None
 
 
 PRECISIONS = ("bf16", "fp16", "int8", "int4")

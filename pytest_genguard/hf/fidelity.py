@@ -141,7 +141,7 @@ def _calibration(
         return reference.calibration
     if reference_model is None:
         return None
-    return calibration_figures(reference_model, tokenizer, reference, (precision,))
+    return calibration_figures(reference_model, tokenizer, reference, (precision,), bounds=False)
 
 
 def calibration_figures(
@@ -149,22 +149,25 @@ def calibration_figures(
     tokenizer: PreTrainedTokenizerBase,
     trace: GenerationTrace,
     precisions: Iterable[str] = PRECISIONS,
+    *,
+    bounds: bool = True,
 ) -> dict[str, float]:
     """``{"bf16.kld_mean": ..., "bf16.kld_p99": ..., ...}``: what each reference copy
     (`hf.reference_copies.reference_copy`) costs against `model` along `trace`'s paths, exactly (`trace` must have
     been recorded with `model`); and as the lower bounds over the trace's recorded top-k that a check without the
-    model measures (``"bf16.bound.kld_mean"``)."""
+    model measures (``"bf16.bound.kld_mean"``), unless `bounds` is False (a judgement with the reference model in
+    process is exact and needs none: one teacher-forced pass less)."""
     out: dict[str, float] = {}
     for precision in precisions:
         candidate = reference_copy(model, precision)
         metrics = aggregate(fidelity_steps(candidate, tokenizer, trace, reference_model=model))
         # The same copy as a server or a trace-only check sees it: lower bounds over the trace's recorded top-k.
-        bounds = aggregate(fidelity_steps(candidate, tokenizer, trace))
+        bounded = aggregate(fidelity_steps(candidate, tokenizer, trace)) if bounds else None
         del candidate
         for key in CALIBRATED_METRICS:
             out[calibration_key(precision, key)] = float(metrics[key])
-            if key.startswith("kld"):
-                out[calibration_key(precision, f"bound.{key}")] = float(bounds[key])
+            if bounded is not None and key.startswith("kld"):
+                out[calibration_key(precision, f"bound.{key}")] = float(bounded[key])
     return out
 
 
