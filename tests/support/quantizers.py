@@ -15,6 +15,7 @@ import torch
 from cross_kernel import PINS, PROMPTS
 
 import pytest_genguard as gg
+from pytest_genguard.hf.reference_copies import round_to_nearest
 
 MAX_NEW_TOKENS = 24
 
@@ -78,15 +79,6 @@ def cast(dtype: torch.dtype) -> Callable[[Any], Any]:
 # ---------------------------------------------------------------------------------------------------- round to nearest
 
 
-def _rtn(weight: torch.Tensor, bits: int, group: int | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric round-to-nearest: (integer codes, scales), per output channel or per `group` inputs."""
-    top = 2 ** (bits - 1) - 1
-    shaped = weight if group is None else weight.reshape(weight.shape[0], -1, group)
-    scale = shaped.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12) / top
-    codes = torch.round(shaped / scale).clamp(-top - 1, top)
-    return codes, scale
-
-
 def _linears(model: Any) -> list[tuple[str, torch.nn.Linear]]:
     return [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and name != "lm_head"]
 
@@ -98,7 +90,7 @@ def rtn(model: Any, bits: int = 8, group: int | None = None, *, wrong_axis: str 
     channel (a transposed scale vector: the classic bug)."""
     out = copy.deepcopy(model)
     for name, linear in _linears(out):
-        codes, scale = _rtn(linear.weight, bits, group)
+        codes, scale = round_to_nearest(linear.weight, bits, group)
         if name == wrong_axis:
             assert group is None and linear.weight.shape[0] == linear.weight.shape[1], name
             linear.weight.copy_(codes * scale.reshape(1, -1))
@@ -114,7 +106,7 @@ def head_per_tensor(model: Any, bits: int = 4) -> Any:
     out = rtn(model, 8)
     head = out.get_output_embeddings()
     weight = head.weight.detach().clone()
-    codes, scale = _rtn(weight.reshape(1, -1), bits, None)
+    codes, scale = round_to_nearest(weight.reshape(1, -1), bits, None)
     head.weight = torch.nn.Parameter((codes * scale).reshape(weight.shape))
     out.config.tie_word_embeddings = False
     return out
