@@ -12,12 +12,13 @@ from pathlib import Path
 from pytest_genguard.cli.inputs import CliError, find_trace_files, load_document, tolerance
 from pytest_genguard.core.budget import parse_budget
 from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.serving.servers import SERVER_KINDS
 
 __all__ = ["HELP", "add_arguments", "check_server_command", "run"]
 
 HELP = (
-    "judge a running server (vLLM) against snapshots (exit 0 hold, 1 regression or outside the budget, 2 bad input, "
-    "3 stale, 4 unproven)"
+    "judge a running server (vLLM, llama-server) against snapshots (exit 0 hold, 1 regression or outside the budget, "
+    "2 bad input, 3 stale, 4 unproven)"
 )
 
 
@@ -47,6 +48,7 @@ def check_server_command(
     concurrency: int = 4,
     write_trace: Path | None = None,
     load: bool = False,
+    server: str = "auto",
 ) -> int:
     """`genguard check-server`: every trace snapshot in `paths` (files, or folders searched for them) judged against
     the server at `url`; exit codes in `pytest_genguard.serving.check`. Needs neither torch nor transformers."""
@@ -63,6 +65,7 @@ def check_server_command(
             concurrency=concurrency,
             write_trace=write_trace,
             load=load,
+            server=server,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
@@ -94,6 +97,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
     p.add_argument("paths", type=Path, nargs="+", metavar="SNAPSHOT", help="a .genguard file or a folder of them")
     p.add_argument("--model", default=None, help="the served model's name (default: the one it serves)")
+    p.add_argument(
+        "--server",
+        default="auto",
+        choices=SERVER_KINDS,
+        help="the server's API: vllm (teacher forced), llama.cpp (llama-server, regenerated) or auto (ask it: default)",
+    )
     p.add_argument(
         "--dtype",
         default=None,
@@ -140,4 +149,5 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         write_trace=args.write_trace,
         load=args.load,
+        server=args.server,
     )

@@ -27,13 +27,14 @@ what makes a trace stale in `pytest_genguard.core.staleness`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Unpack
 
 from pytest_genguard.core.adapters import merge_note
 from pytest_genguard.core.comparison import Comparison
-from pytest_genguard.core.environments import environment_diff, logprobs_epsilon, scores_epsilon
+from pytest_genguard.core.environments import environment_diff, logprobs_epsilon, normalizer_bound, scores_epsilon
 from pytest_genguard.core.staleness import Fingerprints, fingerprints_option, stale_reasons
 from pytest_genguard.core.tolerances import (
     ToleranceArgs,
@@ -60,16 +61,31 @@ class _Stats:
         self.max_abs = 0.0
         self.max_rel = 0.0
         self.worst: tuple[int, int, str] | None = None
+        self.max_share = 0.0
+        self.share_at: tuple[int, int, str] | None = None
 
     def freeze(self) -> ErrorStats:
-        worst = None if self.worst is None else f"prompt {self.worst[0]} step {self.worst[1]} {self.worst[2]}"
         mean = self.sum_abs / self.compared if self.compared else 0.0
-        return ErrorStats(self.compared, self.exceeded, self.max_abs, mean, self.max_rel, worst)
+        return ErrorStats(
+            self.compared,
+            self.exceeded,
+            self.max_abs,
+            mean,
+            self.max_rel,
+            _at(self.worst),
+            self.max_share,
+            _at(self.share_at),
+        )
 
 
-_Epsilons = tuple[float, float, float]
-"""(logprobs, scores, model): the machine epsilon of the coarser dtype the two traces computed each kind of value
-in, and of the models' own logits where that decides it (`_model_epsilon`: the near-tie rule uses it alone)."""
+def _at(where: tuple[int, int, str] | None) -> str | None:
+    return None if where is None else f"prompt {where[0]} step {where[1]} {where[2]}"
+
+
+_Epsilons = tuple[float, float, float, float]
+"""(logprobs, scores, model, normalizer): the machine epsilon of the coarser dtype the two traces computed each kind
+of value in, and of the models' own logits where that decides it (`_model_epsilon`: the near-tie rule uses it
+alone); and how far a normalizer summed in float32 moves a step's logprobs together (`normalizer_bound`)."""
 
 
 @dataclass
@@ -81,8 +97,9 @@ class _PromptRun:
     tol: Tolerances
     differs: bool = False  # some compared value or the top-k order is not bitwise equal
     failure: tuple[DivergenceKind, str] | None = None  # first value beyond tolerance in the current step
-    epsilons: _Epsilons = (0.0, 0.0, 0.0)
+    epsilons: _Epsilons = (0.0, 0.0, 0.0, 0.0)
     rounding: float = 0.0  # the current value's: its dtype's epsilon * the step's |lse| (`step_scale`)
+    shared: float = 0.0  # the current value's allowance for a shift shared by its step (`normalizer_bound`)
 
     def check(self, a: float, b: float, step: int, where: str, kind: DivergenceKind, label: str) -> None:
         """Compare one value pair (under the current `rounding`), record statistics and the step's first failure."""
@@ -94,13 +111,16 @@ class _PromptRun:
         finite = math.isfinite(a) and math.isfinite(b)
         # Not equal and not both finite (NaN vs number, inf vs number): an infinite error, never within tolerance.
         diff = abs(a - b) if finite else math.inf
-        allowed = self.tol.allowed(a, b, self.rounding) if finite else 0.0
+        allowed = self.tol.allowed(a, b, self.rounding) + self.shared if finite else 0.0
         scale = max(abs(a), abs(b)) if finite else math.inf
         st.sum_abs += diff
         st.max_rel = max(st.max_rel, diff / scale if finite else math.inf)
         if st.worst is None or diff > st.max_abs:
             st.max_abs = max(st.max_abs, diff)
             st.worst = (self.index, step, where)
+        share = diff / allowed if allowed > 0 else math.inf
+        if st.share_at is None or share > st.max_share:
+            st.max_share, st.share_at = share, (self.index, step, where)
         if not diff <= allowed:
             st.exceeded += 1
             if self.failure is None:
@@ -147,6 +167,7 @@ def _epsilons(expected: GenerationTrace, actual: GenerationTrace) -> _Epsilons:
         max(logprobs_epsilon(e), logprobs_epsilon(a), model),
         max(scores_epsilon(e), scores_epsilon(a), model),
         model,
+        max(normalizer_bound(e), normalizer_bound(a)),
     )
 
 
@@ -158,12 +179,18 @@ def _model_epsilon(expected: GenerationTrace, actual: GenerationTrace) -> float:
 def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
     """Compare the values of a step where both sides chose the same token."""
     scale = step_scale(e, a)
-    logprobs, scores, _ = run.epsilons
-    run.rounding = logprobs * scale
+    logprobs, scores, _, normalizer = run.epsilons
+    run.rounding, run.shared = logprobs * scale, normalizer
     run.check(e.logprob, a.logprob, s, "logprob", "logprob", "logprob")
     run.rounding = scores * scale
     run.check(e.score, a.score, s, "score", "logprob", "score")
-    run.rounding = logprobs * scale  # the top-k below are logprobs
+    run.rounding, run.shared = logprobs * scale, 0.0  # the top-k below are logprobs
+    if normalizer:
+        # A normalizer summed in float32 moves the whole step's logprobs together: the top-k are judged as gaps to
+        # the chosen token's logprob (logit differences, which it leaves alone), each side's two values rounded.
+        run.rounding = 2 * logprobs * scale
+        e, a = _gaps(e), _gaps(a)
+    gap = " - logprob" if normalizer else ""  # how a failing top-k value is named
     if e.top_ids != a.top_ids:
         run.differs = True
     if len(e.top_ids) != len(a.top_ids):
@@ -180,21 +207,26 @@ def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
             if lp == alp:
                 run.stats.compared += 1
             else:
-                label = f"top_logprobs[{rank}] (id {e.top_ids[rank]})"
+                label = f"top_logprobs[{rank}]{gap} (id {e.top_ids[rank]})"
                 run.check(lp, alp, s, f"top_logprobs[{rank}]", "topk", label)
         return
     e_map = dict(zip(e.top_ids, e.top_logprobs, strict=False))
     a_map = dict(zip(a.top_ids, a.top_logprobs, strict=False))
     for rank, (tid, lp) in enumerate(zip(e.top_ids, e.top_logprobs, strict=False)):
         if tid in a_map:
-            run.check(lp, a_map[tid], s, f"top_logprobs[{rank}]", "topk", f"top_logprobs[{rank}] (id {tid})")
+            run.check(lp, a_map[tid], s, f"top_logprobs[{rank}]", "topk", f"top_logprobs[{rank}]{gap} (id {tid})")
         else:
-            label = f"id {tid} left the top-{len(a.top_ids)}: its logprob vs the new k-th value:"
+            label = f"id {tid} left the top-{len(a.top_ids)}: its logprob{gap} vs the new k-th value{gap}:"
             run.check(lp, a.top_logprobs[-1], s, f"top_logprobs[{rank}]", "topk", label)
     for rank, (tid, lp) in enumerate(zip(a.top_ids, a.top_logprobs, strict=False)):
         if tid not in e_map:
-            label = f"id {tid} entered the top-{len(e.top_ids)}: the old k-th value vs its logprob:"
+            label = f"id {tid} entered the top-{len(e.top_ids)}: the old k-th value{gap} vs its logprob{gap}:"
             run.check(e.top_logprobs[-1], lp, s, f"new top_logprobs[{rank}]", "topk", label)
+
+
+def _gaps(step: Step) -> Step:
+    """`step` with its top-k logprobs as gaps to its chosen token's logprob (labelled so where a value fails)."""
+    return dataclasses.replace(step, top_logprobs=tuple(lp - step.logprob for lp in step.top_logprobs))
 
 
 def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances, model_eps: float) -> Divergence:

@@ -13,6 +13,7 @@ from pytest_genguard.core.jsontext import JSONScalar, changed_keys
 __all__ = [
     "LIBRARY_FIELDS",
     "LOGPROBS_FIELD",
+    "NORMALIZER_FIELD",
     "NOT_NUMERIC_FIELDS",
     "SCORES_FIELD",
     "EnvironmentDiff",
@@ -20,6 +21,7 @@ __all__ = [
     "environment_diff",
     "environment_differences",
     "logprobs_epsilon",
+    "normalizer_bound",
     "numeric_diff",
     "same_environment",
     "scores_epsilon",
@@ -36,6 +38,11 @@ computed: "float32", whatever the logprobs were computed in. `generate()` casts 
 its processors run (beam search takes their log-softmax there, in float32), and teacher forcing and the engines
 apply the processors to float32 logits too. Absent in traces written before the field: their scores were float32."""
 
+NORMALIZER_FIELD = "logprobs_normalizer_terms"
+"""The environment field of a trace whose logprobs were normalized by a float32 sum of this many probabilities (a
+llama-server's: the vocabulary) rather than by a log-sum-exp of the logits: every logprob of a step then carries the
+same error, the rounding of that sum (`normalizer_bound`). Absent: normalized as genguard does."""
+
 _EPSILONS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 
 
@@ -50,6 +57,16 @@ def logprobs_epsilon(fields: Mapping[str, JSONScalar]) -> float:
     """The machine epsilon of the dtype the trace's logprobs (chosen and top-k) were computed in (float32's for a
     trace that does not say): the unit of their rounding, at the scale of each step's log-sum-exp."""
     return _epsilon(fields, LOGPROBS_FIELD)
+
+
+def normalizer_bound(fields: Mapping[str, JSONScalar]) -> float:
+    """How far a float32 sum of N probabilities can move a step's logprobs (0 without `NORMALIZER_FIELD`): each of
+    its N terms is rounded once when computed (exp) and once when added to a sum of at least 1 (the largest term comes
+    first), 2^-24 relative each: N * 2^-23, shared by every logprob of the step."""
+    terms = fields.get(NORMALIZER_FIELD)
+    if isinstance(terms, bool) or not isinstance(terms, int) or terms <= 0:
+        return 0.0
+    return terms * 2.0**-23
 
 
 def scores_epsilon(fields: Mapping[str, JSONScalar]) -> float:

@@ -53,6 +53,9 @@ from pytest_genguard.core.trace_parts import (
 
 SCHEMA_VERSION = 1
 
+CHAT_SETTING = "chat_template_kwargs"
+"""The settings key of a trace with conversations: the chat template's keyword arguments, as JSON text."""
+
 
 @dataclass(frozen=True)
 class GenerationTrace:
@@ -75,6 +78,12 @@ class GenerationTrace:
         if token_id in self.token_texts:
             return self.token_texts[token_id]
         return next((s.token for p in self.prompts for s in p.steps if s.token_id == token_id), None)
+
+    def chat_template_kwargs(self) -> dict[str, Any] | None:
+        """The chat template's keyword arguments the conversations were rendered with (None: no conversation)."""
+        raw = self.settings.get(CHAT_SETTING)
+        value = json.loads(raw) if isinstance(raw, str) else None
+        return value if isinstance(value, dict) else None
 
     def __iter__(self) -> Iterator[PromptTrace]:
         return iter(self.prompts)

@@ -146,7 +146,8 @@ class ErrorStats:
     `compared` counts value pairs checked (chosen logprob, score, each top-k entry); `exceeded` those beyond
     tolerance; `max_abs`/`mean_abs`/`max_rel` the absolute and relative errors (inf where one side is non-finite and
     the other differs); `worst` where the largest absolute error is ("prompt 0 step 3 top_logprobs[2]"), None when
-    every value is equal.
+    every value is equal; `max_share` the largest |difference| / allowance (1.0: the edge of the tolerance) and
+    `max_share_at` where: how close a passing trace came to failing.
     """
 
     compared: int = 0
@@ -155,6 +156,8 @@ class ErrorStats:
     mean_abs: float = 0.0
     max_rel: float = 0.0
     worst: str | None = None
+    max_share: float = 0.0
+    max_share_at: str | None = None
 
     @property
     def exceeded_share(self) -> float:

@@ -33,6 +33,7 @@ __all__ = [
     "KV_CACHES",
     "OUTTYPES",
     "backend",
+    "build_folder",
     "convert",
     "file_type",
     "gguf_file",
@@ -49,7 +50,7 @@ KV_CACHES = {"f16": llama_cpp.GGML_TYPE_F16, "f32": llama_cpp.GGML_TYPE_F32}
 """The KV cache types (``type_k`` and ``type_v``); f16 is llama.cpp's default."""
 SOURCE_ENV = "GENGUARD_LLAMA_SOURCE"
 HOME_ENV = "GENGUARD_LLAMA_HOME"
-RECIPE = 1  # .ci/llama-cpp-wheel's recipe number: the folder it keeps the wheel and the source in
+RECIPE = 2  # .ci/llama-cpp-wheel's recipe number: the folder it keeps the wheel and the source in
 _BUILD = ".ci/llama-cpp-wheel"
 
 
@@ -58,12 +59,7 @@ def source_dir() -> Path:
     ``$GENGUARD_LLAMA_SOURCE`` (the unpacked sdist, or its ``vendor/llama.cpp``), else the ``sdist`` folder that
     ``.ci/llama-cpp-wheel`` keeps under ``${GENGUARD_LLAMA_HOME:-~/.cache/genguard}``."""
     env = os.environ.get(SOURCE_ENV)
-    if env:
-        base = Path(env).expanduser()
-    else:
-        home = Path(os.environ.get(HOME_ENV) or Path.home() / ".cache" / "genguard").expanduser()
-        tag = f"py{sys.version_info[0]}.{sys.version_info[1]}"
-        base = home / f"llama-cpp-python-{llama_cpp.__version__}-{tag}-recipe{RECIPE}" / "sdist"
+    base = Path(env).expanduser() if env else build_folder() / "sdist"
     for candidate in (base / "vendor" / "llama.cpp", base):
         if (candidate / "convert_hf_to_gguf.py").is_file():
             return candidate
@@ -190,3 +186,12 @@ def backend(outtype: str = "f32", kv_cache: str = "f16") -> Backend:
         variant=outtype,
         describe=describe,
     )
+
+
+def build_folder() -> Path:
+    """The folder ``.ci/llama-cpp-wheel`` keeps this llama-cpp-python's build in (the wheel, the unpacked source in
+    ``sdist/``, llama-server and its libraries in ``server/``): under ``${GENGUARD_LLAMA_HOME:-~/.cache/genguard}``,
+    keyed by the version, the Python and the recipe."""
+    home = Path(os.environ.get(HOME_ENV) or Path.home() / ".cache" / "genguard").expanduser()
+    tag = f"py{sys.version_info[0]}.{sys.version_info[1]}"
+    return home / f"llama-cpp-python-{llama_cpp.__version__}-{tag}-recipe{RECIPE}"

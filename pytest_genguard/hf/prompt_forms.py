@@ -12,7 +12,6 @@ Token ids are taken as they are (no tokenizer involved); the trace's prompt text
 
 from __future__ import annotations
 
-import json
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core import validation
 from pytest_genguard.core.jsontext import JSONScalar
-from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.core.trace import CHAT_SETTING, GenerationTrace
 from pytest_genguard.core.validation import short
 from pytest_genguard.hf.decoding_settings import readable_setting
 
@@ -39,8 +38,6 @@ __all__ = [
     "recorded_forms",
 ]
 
-CHAT_SETTING = "chat_template_kwargs"
-"""The settings key of a trace with conversations: the chat template's keyword arguments, as JSON text."""
 
 Form = str | tuple[int, ...] | tuple[dict[str, Any], ...]
 """One prompt: text, token ids, or a conversation."""
@@ -193,8 +190,7 @@ def recorded_forms(trace: GenerationTrace) -> tuple[list[Any], dict[str, Any] | 
         list(p.messages) if p.messages is not None else list(p.prompt_ids) if p.from_ids else p.prompt
         for p in trace.prompts
     ]
-    raw = trace.settings.get(CHAT_SETTING)
-    return forms, (json.loads(raw) if isinstance(raw, str) else None)
+    return forms, trace.chat_template_kwargs()
 
 
 def ids_again(tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace) -> list[tuple[int, ...]]:

@@ -15,7 +15,6 @@ probed once for all snapshots; `concurrency` snapshots are judged at once (a thr
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -23,9 +22,8 @@ from pathlib import Path
 from typing import IO
 
 from pytest_genguard.core.budget import Budget, FidelityReport, traces_report
-from pytest_genguard.core.compare import Fingerprints, compare, step_scale
+from pytest_genguard.core.compare import Fingerprints, compare
 from pytest_genguard.core.comparison import Comparison
-from pytest_genguard.core.environments import logprobs_epsilon
 from pytest_genguard.core.errors import ServerStale
 from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, gate_line
 from pytest_genguard.core.tolerances import Overrides
@@ -35,7 +33,7 @@ from pytest_genguard.serving.http import Endpoint
 from pytest_genguard.serving.load import batch_variance
 from pytest_genguard.serving.protocol import ServerInfo, ServerMapping
 from pytest_genguard.serving.record import ServerRun, at_top_k, record_server, top_k_of
-from pytest_genguard.serving.vllm import VLLM
+from pytest_genguard.serving.servers import mapping_for
 from pytest_genguard.serving.written import trace_paths, write_trace
 
 __all__ = [
@@ -99,7 +97,7 @@ def judge(
     info: ServerInfo | None = None,
     budget: Budget | None = None,
     logprobs: int | None = None,
-    mapping: ServerMapping = VLLM,
+    mapping: ServerMapping | None = None,
     overrides: Overrides | None = None,
 ) -> Judged:
     """`reference` against the server: by the comparison rule (with `overrides`: a test's ini and marker
@@ -123,30 +121,10 @@ def judge(
 
 
 def worst_share(cmp: Comparison) -> tuple[float, str]:
-    """The largest |difference| / allowance over the values both traces hold on their common path (1.0 is the
-    edge of the tolerance), and where: how close a passing server came to failing."""
-    tol = cmp.tolerances
-    epsilon = max(logprobs_epsilon(cmp.expected.environment), logprobs_epsilon(cmp.actual.environment))
-    worst, where = 0.0, "no value compared"
-    for i, (e, a) in enumerate(zip(cmp.expected.prompts, cmp.actual.prompts, strict=False)):
-        for s, (es, as_) in enumerate(zip(e.steps, a.steps, strict=False)):
-            if es.token_id != as_.token_id:
-                break
-            rounding = epsilon * step_scale(es, as_)
-            a_top = dict(zip(as_.top_ids, as_.top_logprobs, strict=True))
-            pairs = [("logprob", es.logprob, as_.logprob)] + [
-                (f"top id {tid}", lp, a_top[tid])
-                for tid, lp in zip(es.top_ids, es.top_logprobs, strict=True)
-                if tid in a_top
-            ]
-            for name, x, y in pairs:
-                if not (math.isfinite(x) and math.isfinite(y)):
-                    continue
-                allowed = tol.allowed(x, y, rounding)
-                share = abs(x - y) / allowed if allowed > 0 else (math.inf if x != y else 0.0)
-                if share > worst:
-                    worst, where = share, f"prompt {i} step {s} {name}"
-    return worst, where
+    """The largest |difference| / allowance over the values the comparison judged (1.0 is the edge of the
+    tolerance), and where: how close a passing server came to failing (the rule's own figure, `ErrorStats`)."""
+    st = cmp.stats
+    return st.max_share, st.max_share_at or "no value compared"
 
 
 def exit_code(judged: Sequence[Judged]) -> int:
@@ -174,6 +152,8 @@ class CheckOptions:
     concurrency: int = 4
     write_trace: Path | None = None
     load: bool = False
+    server: str = "auto"
+    """The server's API (`servers.SERVER_KINDS`): auto asks the server."""
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -251,6 +231,11 @@ def background_traffic(trace: GenerationTrace, lengths: Sequence[int] = (3, 17, 
     return [[ids[i % len(ids)] for i in range(n)] for n in lengths]
 
 
+def _mode(mapping: ServerMapping) -> str:
+    """How `mapping`'s server is judged: teacher forced where it scores a given sequence, else regenerated."""
+    return "teacher forced" if mapping.score is not None else "regenerated"
+
+
 def _preset(dtype: str) -> str:
     return {"bfloat16": "bf16", "float16": "fp16"}.get(dtype, "bf16")
 
@@ -263,15 +248,16 @@ def check_traces(
     dtype: str | None = None,
     out: IO[str],
     options: CheckOptions | None = None,
-    mapping: ServerMapping = VLLM,
+    mapping: ServerMapping | None = None,
 ) -> int:
     """Judge each labelled trace against the server (probed once), `options.concurrency` at once; print one line per
     snapshot (in the order given) and each failure's explanation; return the exit code. `ServerError` propagates
     (bad input: exit 2), as does a `ValueError` for bad options or a `--write-trace` file that is not ours."""
     opts = options if options is not None else CheckOptions(model=model, dtype=dtype)
     paths = trace_paths(opts.write_trace, [label for label, _ in traces]) if opts.write_trace is not None else None
+    mapping = mapping if mapping is not None else mapping_for(endpoint, opts.server)
     info = mapping.probe(endpoint, opts.model)
-    out.write(f"genguard check-server: {info.label('teacher forced')}, model {info.model}\n")
+    out.write(f"genguard check-server: {info.label(_mode(mapping))}, model {info.model}\n")
     logprobs = _logprobs(endpoint, info, traces, opts, mapping, out)
 
     def one(item: tuple[str, GenerationTrace]) -> Judged:

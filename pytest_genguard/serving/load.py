@@ -19,7 +19,7 @@ from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.serving.http import Endpoint
 from pytest_genguard.serving.protocol import ServerInfo, ServerMapping
 from pytest_genguard.serving.record import ServerRun, record_server
-from pytest_genguard.serving.vllm import VLLM
+from pytest_genguard.serving.servers import mapping_for
 
 __all__ = ["Moved", "VarianceReport", "batch_variance", "moved_steps"]
 
@@ -90,10 +90,11 @@ def batch_variance(
     rounds: int = 2,
     background: Sequence[Sequence[int]] = (),
     model: str | None = None,
-    mapping: ServerMapping = VLLM,
+    mapping: ServerMapping | None = None,
 ) -> tuple[ServerRun, VarianceReport]:
     """The server's trace alone, and what moves when `clients` replay the prompts at once beside `background`
     generation requests (token id prompts of unrelated traffic), `rounds` times."""
+    mapping = mapping if mapping is not None else mapping_for(endpoint)
     info: ServerInfo = mapping.probe(endpoint, model)
     alone = record_server(endpoint, reference, info=info, mapping=mapping)
     steps = sum(len(p.steps) for p in alone.trace.prompts)

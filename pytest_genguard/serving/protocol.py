@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.serving.http import Endpoint
@@ -31,6 +32,9 @@ class ServerInfo:
     details: Mapping[str, JSONScalar] = field(default_factory=dict)  # what else it reported (root, max_model_len)
     tokenize: bool = False  # it serves /tokenize
     dtype: str | None = None  # the served dtype, when the server reports it
+    normalizer_terms: int | None = None
+    """How many float32 probabilities the server sums to normalize its logprobs (llama-server: the vocabulary); None
+    where they are a log-softmax of the logits (`core.environments.NORMALIZER_FIELD`)."""
 
     def label(self, mode: str) -> str:
         """``vllm 0.32.0 at http://127.0.0.1:8000, teacher forced``: the environment line's name of this server."""
@@ -60,6 +64,8 @@ class Generated:
 class ServerMapping:
     """One server API: probe it, tokenize text, score a given sequence, and let it generate.
 
+    `tokenize(endpoint, info, text, add_special)` gives the server's ids of a text (`add_special`: the special
+    tokens a completion prompt gets, such as BOS; False for a rendered conversation, whose template wrote them).
     `score(endpoint, info, ids, start, k)` returns one `Scored` per position from `start` to the end of `ids` (the
     logprob of ``ids[p]`` given ``ids[:p]``, and the top-k there), in one request; None where the server cannot
     score a given sequence. `generate(endpoint, info, prompt_ids, max_tokens, k)` decodes greedily.
@@ -67,10 +73,13 @@ class ServerMapping:
 
     name: str
     probe: Callable[[Endpoint, str | None], ServerInfo]
-    tokenize: Callable[[Endpoint, ServerInfo, str], tuple[int, ...]]
+    tokenize: Callable[[Endpoint, ServerInfo, str, bool], tuple[int, ...]]
     score: Callable[[Endpoint, ServerInfo, Sequence[int], int, int], list[Scored]] | None
     generate: Callable[[Endpoint, ServerInfo, Sequence[int], int, int], Generated]
     logprobs: str = "raw"  # what its logprobs are: "raw" log-softmax of the logits, or after its processors
     reset_cache: Callable[[Endpoint], bool] | None = None  # empty its prefix cache; False when it does not offer to
     max_logprobs: Callable[[Endpoint, ServerInfo, int], int | None] | None = None
     """The most logprobs per position the server returns (its cap; None: it sets none), probed with one token id."""
+    render: Callable[[Endpoint, ServerInfo, Sequence[Mapping[str, Any]], Mapping[str, Any]], str] | None = None
+    """The text the server's chat template makes of a conversation (with `chat_template_kwargs`), to compare with the
+    snapshot's; None where the server does not say."""

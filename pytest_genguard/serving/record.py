@@ -20,22 +20,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from pytest_genguard.core.environments import logprobs_epsilon
+from pytest_genguard.core.environments import NORMALIZER_FIELD, logprobs_epsilon
 from pytest_genguard.core.errors import ServerError, ServerStale
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.tolerances import canonical_dtype, dtype_default
-from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
+from pytest_genguard.core.trace import CHAT_SETTING, GenerationTrace, PromptTrace, Step
 from pytest_genguard.serving.dtype import resolve_dtype
 from pytest_genguard.serving.http import Endpoint
 from pytest_genguard.serving.protocol import MODES, Generated, Scored, ServerInfo, ServerMapping
-from pytest_genguard.serving.vllm import VLLM
+from pytest_genguard.serving.servers import mapping_for
 
 __all__ = ["ServerRun", "at_top_k", "check_tokenizer", "record_server", "top_k_of"]
 
 # Settings under which the server's raw top-1 is what greedy generate() picks (no processor reorders the tokens).
 _NEUTRAL_GREEDY = frozenset(
     {"max_new_tokens", "do_sample", "num_beams", "use_cache", "top_k", "record_top_k", "mode", "eos_token_id", "seed"}
+    | {CHAT_SETTING}  # how the conversations were rendered: their ids are sent, nothing is decoded otherwise
 )
 
 
@@ -79,14 +80,15 @@ def record_server(
     model: str | None = None,
     dtype: str | None = None,
     mode: str = "teacher forced",
-    mapping: ServerMapping = VLLM,
+    mapping: ServerMapping | None = None,
     info: ServerInfo | None = None,
     logprobs: int | None = None,
 ) -> ServerRun:
     """The trace the server at `endpoint` gives for `reference`'s prompts, to compare with `reference`.
 
     `model` names the served model (default: the one the server serves); `dtype` declares the served dtype when the
-    server does not report it (default: inferred from the logprobs). `info` reuses an earlier probe. `logprobs` is
+    server does not report it (default: inferred from the logprobs). `mapping` is the server's API (default: the one
+    it answers to, `servers.mapping_for`); `info` reuses an earlier probe. `logprobs` is
     how many logprobs to ask for per step (default: the snapshot's top-k; more tightens a fidelity bound, and
     `at_top_k` cuts the trace back for the comparison rule). Raises `ServerError` when the server cannot answer as
     asked and `ServerStale` when its tokenizer differs.
@@ -106,6 +108,7 @@ def record_server(
                 f"{k} logprobs (--max-logprobs {k} or more)"
             )
         k = logprobs
+    mapping = mapping if mapping is not None else mapping_for(endpoint)
     info = info if info is not None else mapping.probe(endpoint, model)
     tokenizer_checked = check_tokenizer(endpoint, info, mapping, reference)
     if mode == "teacher forced" and mapping.score is None:
@@ -150,6 +153,8 @@ def record_server(
         else "not checked: the server does not tokenize",
     }
     environment.update({f"server_{key}": value for key, value in info.details.items()})
+    if info.normalizer_terms is not None:
+        environment[NORMALIZER_FIELD] = info.normalizer_terms
     trace = GenerationTrace(
         prompts=tuple(prompts),
         settings=reference.settings,
@@ -163,11 +168,26 @@ def record_server(
 
 def check_tokenizer(endpoint: Endpoint, info: ServerInfo, mapping: ServerMapping, reference: GenerationTrace) -> bool:
     """Whether the server's tokenizer gives every prompt text the reference's prompt ids (False: it cannot
-    tokenize); `ServerStale` naming the first differing token otherwise."""
+    tokenize); `ServerStale` naming the first differing token otherwise. Where the server renders conversations
+    (`ServerMapping.render`), each recorded conversation is rendered there first: another chat template is stale,
+    named by the first differing character."""
     if not info.tokenize:
         return False
+    chat = reference.chat_template_kwargs() or {}
     for i, p in enumerate(reference.prompts):
-        ids = mapping.tokenize(endpoint, info, p.prompt)
+        if p.messages is not None and mapping.render is not None:
+            rendered = mapping.render(endpoint, info, p.messages, chat)
+            if rendered != p.prompt:
+                at = next((j for j, (a, b) in enumerate(zip(p.prompt, rendered, strict=False)) if a != b), None)
+                at = min(len(rendered), len(p.prompt)) if at is None else at
+                raise ServerStale(
+                    f"{info.url}: the server's chat template ({info.model}) renders conversation {i} otherwise than "
+                    f"the snapshot's: from character {at} on, recorded {quote(p.prompt[at:], 40)}, served "
+                    f"{quote(rendered[at:], 40)}. The served model carries another chat template: serve the one "
+                    "the snapshot was recorded with (llama-server --chat-template-file), or re-record the snapshot"
+                )
+        # a conversation's text is its rendered template, which wrote its special tokens: none are added
+        ids = mapping.tokenize(endpoint, info, p.prompt, p.messages is None)
         if ids == p.prompt_ids:
             continue
         at = next((j for j, (a, b) in enumerate(zip(p.prompt_ids, ids, strict=False)) if a != b), None)

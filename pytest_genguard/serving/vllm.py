@@ -74,9 +74,10 @@ def _answers_tokenize(endpoint: Endpoint, model: str) -> bool:
     return True
 
 
-def tokenize(endpoint: Endpoint, info: ServerInfo, text: str) -> tuple[int, ...]:
-    """The ids the server's tokenizer gives `text` (special tokens added as for a completion prompt)."""
-    doc = endpoint.post("/tokenize", {"model": info.model, "prompt": text})
+def tokenize(endpoint: Endpoint, info: ServerInfo, text: str, add_special: bool = True) -> tuple[int, ...]:
+    """The ids the server's tokenizer gives `text` (`add_special`: special tokens added as for a completion
+    prompt)."""
+    doc = endpoint.post("/tokenize", {"model": info.model, "prompt": text, "add_special_tokens": add_special})
     tokens = doc.get("tokens") if isinstance(doc, dict) else None
     if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
         raise ServerError(f"{endpoint.url}: POST /tokenize: no token id list in the response ({str(doc)[:200]})")

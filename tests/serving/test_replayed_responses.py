@@ -60,7 +60,9 @@ def test_the_recorded_float32_server_holds_the_snapshot_teacher_forced(snapshot:
     assert comparison.ok, str(comparison)
     assert run.mode == "teacher forced" and run.dtype == "float32" and run.dtype_source == "inferred"
     assert environment_line(comparison) == f"recorded on transformers, now vllm 0.32.0 at {r.url}, teacher forced"
-    assert [req[1] for req in r.requests] == ["/version", "/v1/models", "/tokenize", "/tokenize", "/v1/completions"]
+    # /props first: which API the server speaks (llama-server answers it, vLLM says 404)
+    paths = [req[1] for req in r.requests]
+    assert paths == ["/props", "/version", "/v1/models", "/tokenize", "/tokenize", "/v1/completions"]
     assert run.trace.environment["served_model"] == recorded("models")["body"]["data"][0]["id"]
 
 
