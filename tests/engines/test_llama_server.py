@@ -30,7 +30,9 @@ from pytest_genguard.serving.check import CheckOptions, check_traces
 
 
 @pytest.fixture(scope="module")
-def urls(f32_gguf: Path, folder: Path, tmp_path_factory: pytest.TempPathFactory, genguard_engine: Any) -> Iterator[dict[str, str]]:
+def urls(
+    f32_gguf: Path, folder: Path, tmp_path_factory: pytest.TempPathFactory, genguard_engine: Any
+) -> Iterator[dict[str, str]]:
     """One llama-server per file, started side by side: the converter's F32 (an f32 KV cache, flash attention off;
     and with flash attention on), its Q8_0 (llama-server's defaults: an f16 cache, flash attention on), and three bug
     copies of the F32 file."""
@@ -113,9 +115,7 @@ def test_another_embedded_chat_template_is_stale_naming_the_conversation(urls: d
     assert "the server's chat template (template) renders conversation 0 otherwise" in text
 
 
-def test_the_q8_0_server_holds_the_int8_budget_and_the_rope_bug_does_not(
-    urls: dict[str, str], reference: Any
-) -> None:
+def test_the_q8_0_server_holds_the_int8_budget_and_the_rope_bug_does_not(urls: dict[str, str], reference: Any) -> None:
     code, text = check(urls["q8_0"], reference, budget=PRESETS["int8"])
     assert code in (0, 4), text  # within; on lower bounds over the recorded top-k the proof may be out of reach
     assert "OUTSIDE" not in text

@@ -85,6 +85,6 @@ def test_which_api_a_url_speaks() -> None:
     with serving(Replay({})) as r:  # 404 on /props: vLLM
         assert mapping_for(Endpoint(r.url)) is VLLM
     assert mapping_for(Endpoint("http://127.0.0.1:1"), "llama.cpp") is LLAMA_SERVER  # named: nothing asked
-    assert SERVER_KINDS == ("auto", *MAPPINGS)
+    assert ("auto", *MAPPINGS) == SERVER_KINDS
     with pytest.raises(ValueError, match=r"--server 'tgi': choose one of auto, vllm, llama.cpp"):
         mapping_for(Endpoint("http://127.0.0.1:1"), "tgi")
