@@ -133,3 +133,14 @@ def test_pytest_genguard_server_judges_llama_server(urls: dict[str, str], refere
     broken = run("--genguard-server", urls["rope"], "-vv")
     assert broken.returncode == 1, broken.stdout
     assert "on the server (--genguard-server " in broken.stdout and "): regression" in broken.stdout
+
+
+def test_the_engine_reads_the_folder_the_build_script_writes() -> None:
+    import re
+
+    from pytest_genguard.engines.llama_cpp import RECIPE, build_folder
+
+    script = (Path(__file__).resolve().parents[2] / ".ci" / "llama-cpp-wheel").read_text(encoding="utf-8")
+    found = re.search(r"^RECIPE=(\d+)", script, re.MULTILINE)
+    assert found is not None and int(found.group(1)) == RECIPE
+    assert build_folder().name.endswith(f"-recipe{RECIPE}")
