@@ -84,9 +84,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--genguard-server",
         metavar="URL",
         default=None,
-        help="also judge a running server (vLLM) against every snapshot the tests assert, teacher forced over HTTP.",
+        help="also judge a running server (vLLM, llama-server) against every snapshot the tests assert, over HTTP.",
     )
     group.addoption("--genguard-server-model", metavar="NAME", default=None, help="the served model's name.")
+    group.addoption(
+        "--genguard-gguf",
+        metavar="FILE",
+        default=None,
+        help="also judge a GGUF file through llama.cpp (in process, teacher forced) against every snapshot the tests "
+        "assert; needs the llama_cpp extra.",
+    )
+    group.addoption(
+        "--genguard-gguf-kv-cache",
+        choices=("f16", "f32"),
+        default="f16",
+        help="llama.cpp's KV cache type for --genguard-gguf (default: f16, llama.cpp's own).",
+    )
+    group.addoption(
+        "--genguard-gguf-model",
+        metavar="DIR",
+        default=None,
+        help="the snapshots' model as save_pretrained wrote it: --genguard-gguf also checks the GGUF's metadata.",
+    )
     parser.addini("genguard_atol", "absolute tolerance for logprobs (default: by dtype)", default="")
     parser.addini("genguard_rtol", "relative tolerance for logprobs (default: by dtype)", default="")
     parser.addini(

@@ -131,6 +131,9 @@ class Settings:
     pin_dir: Path = field(default_factory=lambda: Path.cwd() / "__genguard_pins__")
     server: str | None = None  # --genguard-server: also judge this running server against every snapshot
     server_model: str | None = None
+    gguf: Path | None = None  # --genguard-gguf: also judge this GGUF through llama.cpp against every snapshot
+    gguf_kv_cache: str = "f16"
+    gguf_model: Path | None = None
 
     def tolerance_overrides(self) -> Overrides:
         """The ini tolerances that are set (the rest come from the dtype defaults)."""
@@ -232,7 +235,22 @@ def settings_from_config(config: pytest.Config) -> Settings:
         pin_dir=project_root(config) / str(config.getini("genguard_pin_dir") or "__genguard_pins__"),
         server=_server(config),
         server_model=config.getoption("genguard_server_model") or None,
+        gguf=_existing(config, "genguard_gguf", "the .gguf file llama.cpp runs"),
+        gguf_kv_cache=str(config.getoption("genguard_gguf_kv_cache") or "f16"),
+        gguf_model=_existing(config, "genguard_gguf_model", "the folder save_pretrained wrote"),
     )
+
+
+def _existing(config: pytest.Config, option: str, what: str) -> Path | None:
+    """The path an option names, which must exist (a usage error naming the option and what to pass otherwise)."""
+    value = config.getoption(option)
+    if not value:
+        return None
+    path = Path(str(value)).expanduser()
+    if not path.exists():
+        flag = "--" + option.replace("_", "-")
+        raise pytest.UsageError(f"{flag} {value}: no such file or folder; pass {what}")
+    return path.resolve()
 
 
 def _server(config: pytest.Config) -> str | None:

@@ -37,7 +37,7 @@ from pytest_genguard.hf import record as recording_module  # looked up per call:
 from pytest_genguard.hf.environment import environment
 from pytest_genguard.plugin.fidelity_marker import Judged, between_traces, marker_budget, with_model
 from pytest_genguard.plugin.reference import on_trace
-from pytest_genguard.plugin.server_check import judge_stored
+from pytest_genguard.plugin import gguf_check, server_check
 from pytest_genguard.plugin.settings import Settings, settings
 from pytest_genguard.plugin.snapshot import (
     GenguardSnapshotExtension,
@@ -299,16 +299,20 @@ class GenguardSnapshot:
         return True
 
     def _server(self, store: Store) -> bool:
-        """``--genguard-server``: the running server judged against the stored snapshot too, once the test's own check
-        compared and held (True without the option, or when the assertion wrote the snapshot)."""
+        """``--genguard-server`` and ``--genguard-gguf``: the running server and the GGUF judged against the stored
+        snapshot too, once the test's own check compared and held (True without the options, or when the assertion
+        wrote the snapshot)."""
         if not self.last_held:
             return True
-        lines = judge_stored(
-            self._config, store.read(), store.source, self.last_name, overrides=self.overrides, budget=self.budget
-        )
-        if lines is not None:
-            self.explanation = lines
-        return lines is None
+        stored = store.read()
+        for judge in (server_check.judge_stored, gguf_check.judge_stored):
+            lines = judge(
+                self._config, stored, store.source, self.last_name, overrides=self.overrides, budget=self.budget
+            )
+            if lines is not None:
+                self.explanation = lines
+                return False
+        return True
 
     # ------------------------------------------------------------------------------------------------ assert ==
 
