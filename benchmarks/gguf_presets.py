@@ -7,8 +7,12 @@ along transformers' float32 greedy paths of the engine tests' prompts (tests/eng
 Per file: the exact KLD(transformers || llama.cpp) over the full vocabulary (float64 log-softmax: mean, p99, max),
 top-1 agreement, the trace's top-5 lower bounds that a snapshot judges (`traces_report`), those as multiples of the
 reference's own calibration bounds (int8 and int4, the same lower bounds of genguard's own conversions), and which
-presets hold. Not part of `python -m benchmarks` (it needs the llama_cpp extra; about 4 minutes):
-    OMP_NUM_THREADS=1 PYTHONPATH=.:tests/support python benchmarks/gguf_presets.py [--steps 32]
+presets hold. Not part of `python -m benchmarks` (it needs the llama_cpp extra; about 7 minutes):
+    OMP_NUM_THREADS=1 PYTHONPATH=.:tests/support python benchmarks/gguf_presets.py [--steps 32] [--off-grid 0.1]
+
+SmolLM2's float32 folder is its shipped Q4_1 file dequantized: its weights lie on Q4_1's grid. ``--off-grid SIGMA``
+measures a copy whose every matrix moved off it (Gaussian noise of SIGMA times the matrix's own standard deviation,
+seed 0; the embedding and every projection), as the weights of a model not already 4-bit are.
 """
 
 from __future__ import annotations
@@ -51,10 +55,22 @@ def log_softmax(x: numpy.ndarray[Any, Any]) -> numpy.ndarray[Any, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=32)
+    parser.add_argument("--off-grid", type=float, default=0.0, metavar="SIGMA")
     args = parser.parse_args()
     folder = smollm2_folder()
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
+    if args.off_grid:
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for weight in model.parameters():
+                if weight.dim() == 2:
+                    noise = torch.randn(weight.shape, generator=generator) * weight.std() * args.off_grid
+                    weight.add_(noise)
+        folder = Path(tempfile.mkdtemp()) / f"smollm2-off-grid-{args.off_grid}"
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        print(f"off the Q4_1 grid: every matrix + N(0, ({args.off_grid} x its std)^2), saved in {folder}")
     reference = record(model, tokenizer, PROMPTS, max_new_tokens=args.steps, top_k=5, do_sample=False)
     reference = calibrate(model, tokenizer, reference, precisions=("fp16", "bf16", "int8", "int4"))
     calibration = reference.calibration
@@ -77,8 +93,9 @@ def main() -> None:
         files[outtype.upper()] = (engine("llama_cpp", outtype=outtype).convert(folder) / "model.gguf", "f16")
         print(f"convert {outtype}: {time.perf_counter() - start:.1f} s (cached after the first run)")
     files["F32, f32 KV cache"] = (files["F32"][0], "f32")
-    files["Q4_1 (shipped)"] = (gguf_path(), "f16")
-    for name in ("Q8_0", "Q6_K", "Q4_K_M", "Q4_1", "Q4_1 (shipped)"):
+    if not args.off_grid:
+        files["Q4_1 (shipped)"] = (gguf_path(), "f16")
+    for name in [n for n in ("Q8_0", "Q6_K", "Q4_K_M", "Q4_1", "Q4_1 (shipped)") if n in files]:
         source = files[name][0]
         tag = name.split()[0].lower() + ("-shipped" if "shipped" in name else "")
         bugs = {
