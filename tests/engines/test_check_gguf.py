@@ -132,3 +132,20 @@ def test_a_file_type_without_a_preset_is_bad_input_naming_budget(
     assert (code, out) == (2, "")
     assert f"GGUF {relabelled}: file type Q4_0 has no preset" in err
     assert "pass --budget (a preset: bf16, fp16, int8, int4, gguf-q8_0, gguf-q6_k, gguf-q4_k_m, gguf-q4_1" in err
+
+
+def test_each_file_type_has_one_judgement() -> None:
+    from pytest_genguard.engines.gguf_check import judgement
+
+    assert judgement("F32", "f32")[0] is None  # the float32 rule
+    chosen = {kind: judgement(kind, "f16")[0] for kind in ("F32", "BF16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_1")}
+    assert {kind: None if b is None else b.name for kind, b in chosen.items()} == {
+        "F32": "fp16",
+        "BF16": "bf16",
+        "Q8_0": "gguf-q8_0",
+        "Q6_K": "gguf-q6_k",
+        "Q4_K_M": "gguf-q4_k_m",
+        "Q4_1": "gguf-q4_1",
+    }
+    with pytest.raises(ValueError, match=r"file type Q5_K_M has no preset .*; pass --budget"):
+        judgement("Q5_K_M", "f16")
