@@ -127,20 +127,28 @@ def _rope_scaling_mismatches(arch: str, fields: dict[str, Any], tensors: dict[st
     if rope_type not in ("default", "linear", "yarn", "llama3"):
         return []  # longrope, dynamic, ...: written per architecture, not checked here
     said = f"(config rope_type {scaling['rope_type']!r})"
-    gguf_type = {"default": "none", "llama3": "none"}.get(rope_type, rope_type)
-    key = f"{arch}.rope.scaling.type"
+    # As llama.cpp reads them (llama-model.cpp, llama-context.cpp): the type defaults to linear, the factor to the old
+    # key rope.scale_linear, a factor of 0 or none means 1, and type none never scales.
+    type_key, factor_key = f"{arch}.rope.scaling.type", f"{arch}.rope.scaling.factor"
+    if factor_key not in fields and f"{arch}.rope.scale_linear" in fields:
+        factor_key = f"{arch}.rope.scale_linear"
+    actual_type = str(fields.get(type_key, "linear"))
+    raw = float(fields.get(factor_key) or 0.0)
+    actual_factor = 1.0 if raw == 0.0 else raw
+    shown_factor = repr(fields[factor_key]) if factor_key in fields else "no such key (llama.cpp: 1, no scaling)"
     out = []
-    actual_type = str(fields.get(key, "none"))
-    if actual_type != gguf_type:
-        shown = repr(fields[key]) if key in fields else "no such key (llama.cpp's default: none)"
-        out.append(Mismatch("metadata", key, f"{gguf_type!r} {said}", shown))
-    key = f"{arch}.rope.scaling.factor"
-    factor = float(scaling["factor"]) if rope_type in ("linear", "yarn") else None
-    actual = fields.get(key)
-    if factor is None and actual is not None and float(actual) not in (0.0, 1.0):
-        out.append(Mismatch("metadata", key, f"none or 1 {said}", repr(actual)))
-    elif factor is not None and (actual is None or not _same(factor, actual)):
-        out.append(Mismatch("metadata", key, f"{factor!r} {said}", "no such key" if actual is None else repr(actual)))
+    if rope_type in ("default", "llama3"):
+        if actual_type not in ("none", "linear"):
+            out.append(Mismatch("metadata", type_key, f"'none' {said}", repr(actual_type)))
+        elif actual_type == "linear" and not _same(1.0, actual_factor):
+            out.append(Mismatch("metadata", factor_key, f"1, no scaling {said}", f"{shown_factor}, linear"))
+    else:
+        if actual_type != rope_type:
+            shown = repr(actual_type) if type_key in fields else "no such key (llama.cpp's default: 'linear')"
+            out.append(Mismatch("metadata", type_key, f"{rope_type!r} {said}", shown))
+        factor = float(scaling.get("factor") or 1.0)
+        if not _same(factor, actual_factor):
+            out.append(Mismatch("metadata", factor_key, f"{factor!r} {said}", shown_factor))
     key = f"{arch}.rope.scaling.original_context_length"
     original = scaling.get("original_max_position_embeddings") if rope_type == "yarn" else None
     if original is not None and (key not in fields or not _same(int(original), fields[key])):

@@ -42,8 +42,8 @@ def test_rope_scaling_the_config_does_not_have_is_named_and_a_regression(
 
     named = [str(m) for m in metadata_mismatches(linear_x4, hf[0].config)]
     assert named == [
-        "metadata: llama.rope.scaling.type: expected 'none' (config rope_type 'default'), the GGUF has 'linear'",
-        "metadata: llama.rope.scaling.factor: expected none or 1 (config rope_type 'default'), the GGUF has 4.0",
+        "metadata: llama.rope.scaling.factor: expected 1, no scaling (config rope_type 'default'), the GGUF has 4.0, "
+        "linear"
     ]
     # llama.cpp applies it: positions divided by 4, a regression under the float32 rule (f32 KV cache).
     trace = genguard_engine("llama_cpp", kv_cache="f32").record(folder, reference=reference, converted=linear_x4)
@@ -52,16 +52,21 @@ def test_rope_scaling_the_config_does_not_have_is_named_and_a_regression(
 
 
 def test_rope_scaling_the_gguf_lacks_or_gets_wrong_is_named(
-    hf: tuple[Any, Any], f32_gguf: Path, linear_x4: Path
+    hf: tuple[Any, Any], f32_gguf: Path, linear_x4: Path, tmp_path: Path
 ) -> None:
+    from gguf import GGUFValueType
+
     from pytest_genguard.engines.gguf_conformance import metadata_mismatches
+    from pytest_genguard.hf.smollm2 import gguf_path
+
+    FLOAT32, STRING = GGUFValueType.FLOAT32, GGUFValueType.STRING
 
     config = hf[0].config
     linear = _rope(config, rope_type="linear", factor=4.0)
     assert metadata_mismatches(linear_x4, linear) == []  # the same scaling on both sides
+    # No keys: llama.cpp reads linear scaling by a factor of 1, none.
     assert [(m.name, m.actual) for m in metadata_mismatches(f32_gguf, linear)] == [
-        ("llama.rope.scaling.type", "no such key (llama.cpp's default: none)"),
-        ("llama.rope.scaling.factor", "no such key"),
+        ("llama.rope.scaling.factor", "no such key (llama.cpp: 1, no scaling)")
     ]
     assert [m.expected for m in metadata_mismatches(linear_x4, _rope(config, rope_type="linear", factor=2.0))] == [
         "2.0 (config rope_type 'linear')"
@@ -71,6 +76,11 @@ def test_rope_scaling_the_gguf_lacks_or_gets_wrong_is_named(
         "llama.rope.scaling.type",
         "llama.rope.scaling.original_context_length",
     ]
+    # The old key llama.cpp still reads when rope.scaling.factor is missing; type none never scales.
+    old_key = with_keys(gguf_path(), tmp_path / "scale-linear.gguf", {"llama.rope.scale_linear": (FLOAT32, 4.0)})
+    assert [m.name for m in metadata_mismatches(old_key, config)] == ["llama.rope.scale_linear"]
+    unscaled = with_keys(linear_x4, tmp_path / "none.gguf", {"llama.rope.scaling.type": (STRING, "none")})
+    assert metadata_mismatches(unscaled, config) == []
     # Llama 3.1's scaling is a tensor of per-frequency factors (rope_freqs.weight), not metadata keys.
     llama3 = _rope(config, rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0)
     llama3.rope_parameters["original_max_position_embeddings"] = 8192
