@@ -182,11 +182,15 @@ rope base 1e5 -> 1e4 31.5x / 64.9x (docs/engines.md, benchmarks/gguf_presets.py)
 _GGUF_Q6_K = (("kld_mean", 8.0), ("kld_p99", 16.0))
 """gguf-q6_k: Q6_K costs 3.09x / 5.83x (margins 2.6x, 2.7x); the norm bug 18.3x / 57.6x (2.3x, 3.6x outside), the
 rope bug 62.9x / 129x."""
-_GGUF_Q4 = (("kld_mean", 25.0), ("kld_p99", 35.0))
-"""gguf-q4_k_m and gguf-q4_1: Q4_K_M costs 13.5x / 14.7x (margins 1.85x, 2.4x); the norm bug 42.7x / 77.8x (1.7x,
-2.2x outside), the rope bug 52.2x / 108x. Q4_1 costs 1.27x here only because this model's weights are a Q4_1 file's,
-dequantized (so it cannot be calibrated on it); llama.cpp's scoreboard (Llama 3 8B) puts Q4_1 at 2.3x Q4_K_M's KLD,
-so on other models the preset may be too tight for a correct Q4_1: pass --budget there."""
+_GGUF_Q4_K_M = (("kld_mean", 25.0), ("kld_p99", 35.0))
+"""gguf-q4_k_m: Q4_K_M costs 13.5x / 14.7x (margins 1.85x, 2.4x); the norm bug 42.7x / 77.8x (1.7x, 2.2x outside),
+the rope bug 52.2x / 108x. On a copy whose weights are off Q4_1's grid (benchmarks/gguf_presets.py --off-grid 0.1):
+10.8x / 6.5x, the norm bug 28.9x (1.16x outside), the rope bug 40.7x."""
+_GGUF_Q4_1 = (("kld_mean", 50.0), ("kld_p99", 35.0))
+"""gguf-q4_1: SmolLM2's weights are its shipped Q4_1 file dequantized, so there Q4_1 costs 1.27x / 2.63x only; on the
+off-grid copy a correct Q4_1 costs 31.2x / 13.8x (margins 1.6x, 2.5x), as llama.cpp's scoreboard puts Q4_1 above
+Q4_K_M (2.3x on Llama 3 8B). On SmolLM2 the norm bug (17.1x / 47.9x) and the rope bug (31.1x / 62.8x) fail it by
+p99 (1.37x, 1.8x outside); on the off-grid copy no bug measured is outside it (docs/engines.md)."""
 
 PRESETS: dict[str, Budget] = {
     # Relative (docs/fidelity.md, benchmarks/RESULTS.md): multiples of the reference model's own conversion to the
@@ -207,10 +211,15 @@ PRESETS: dict[str, Budget] = {
         kld_mean=1e-2, kld_p99=1e-1, name="gguf-q6_k", ratios=_GGUF_Q6_K, precision="int8", fixed_basis=_GGUF_FIXED
     ),
     "gguf-q4_k_m": Budget(
-        kld_mean=3.5e-2, kld_p99=2e-1, name="gguf-q4_k_m", ratios=_GGUF_Q4, precision="int8", fixed_basis=_GGUF_FIXED
+        kld_mean=3.5e-2,
+        kld_p99=2e-1,
+        name="gguf-q4_k_m",
+        ratios=_GGUF_Q4_K_M,
+        precision="int8",
+        fixed_basis=_GGUF_FIXED,
     ),
     "gguf-q4_1": Budget(
-        kld_mean=3.5e-2, kld_p99=2e-1, name="gguf-q4_1", ratios=_GGUF_Q4, precision="int8", fixed_basis=_GGUF_FIXED
+        kld_mean=7e-2, kld_p99=2e-1, name="gguf-q4_1", ratios=_GGUF_Q4_1, precision="int8", fixed_basis=_GGUF_FIXED
     ),
 }
 
