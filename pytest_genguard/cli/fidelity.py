@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--budget",
         default=None,
         metavar="PRESET|KEY=VALUE,...",
-        help="bf16, fp16, int8, int4 or limits (exit 0 within, 1 outside, 4 unproven)",
+        help="a preset (bf16, fp16, int8, int4; a GGUF's gguf-q8_0, gguf-q6_k, gguf-q4_k_m, gguf-q4_1) or limits "
+        "(exit 0 within, 1 outside, 4 unproven)",
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 

@@ -2,9 +2,11 @@
 the report that judges a candidate by them (`FidelityReport`, its failure text). Standard library only.
 
 A budget is a `Budget` (frozen; unset limits are not judged), a preset name (``"bf16"``, ``"fp16"``, ``"int8"``,
-``"int4"``) or a mapping of limits (``{"kld_mean": 1e-4, "top1_agreement": 0.99}``). The presets' numbers were
-measured on real quantizers here (docs/fidelity.md, benchmarks/RESULTS.md: each correct quantization holds its
-preset with the margin written there, and realistic bugs of the same precision fail it).
+``"int4"``; for a GGUF file of llama.cpp, the presets of its file type: ``"gguf-q8_0"``, ``"gguf-q6_k"``,
+``"gguf-q4_k_m"``, ``"gguf-q4_1"``) or a mapping of limits (``{"kld_mean": 1e-4, "top1_agreement": 0.99}``). The
+presets' numbers were measured on real quantizers here (docs/fidelity.md, docs/engines.md, benchmarks/RESULTS.md:
+each correct quantization holds its preset with the margin written there, and realistic bugs of the same precision
+fail it).
 
 With a lower bound (a reference trace without its model), a KLD above its limit is proven; a KLD within it is not
 (the true value may be higher): the report says so, with how much of the reference's mass the recorded top-k covered.
@@ -26,6 +28,7 @@ from pytest_genguard.core.trace import GenerationTrace
 
 __all__ = [
     "CALIBRATED_METRICS",
+    "GGUF_TYPE_PRESETS",
     "LIMITS",
     "PRECISIONS",
     "PRESETS",
@@ -82,6 +85,8 @@ class Budget:
     precision: str | None = None
     basis: str = ""
     """How the limits were set, for the report ("2x the reference model's own bf16 cast", "fixed limits ...")."""
+    fixed_basis: str = "measured on tiny models, they are too tight for most real ones"
+    """What the fixed limits were measured on, for the report when they apply."""
     alike: bool = False
     """The limits scale lower bounds of the calibration copy measured as the candidate's are (over the reference's
     recorded top-k): a candidate's bound within them is within, like for like (`FidelityReport.status`)."""
@@ -113,7 +118,7 @@ class Budget:
                 ratios=(),
                 basis=f"fixed limits: the reference has no calibration figures for {self.precision} (store them "
                 "with pytest_genguard.calibrate(model, tokenizer, trace), or pass reference_model= to fidelity()); "
-                "measured on tiny models, they are too tight for most real ones",
+                f"{self.fixed_basis}",
             )
         limits = {key: max(ratio * figures[key], _FLOORS.get(key, 0.0)) for key, ratio in self.ratios}
         shown = ", ".join(f"{ratio:g}x {key} {figures[key]:.3g}" for key, ratio in self.ratios)
@@ -169,6 +174,24 @@ _QUANT_RATIOS = (("kld_mean", 4.0), ("kld_p99", 6.0))
 realistic bugs cost 10x and more (one layer's down_proj in int4 per tensor: 10.7-35x; the output head int4 per
 tensor on the tiny llama; torch's quantize_dynamic on SmolLM2-135M: 504x)."""
 
+_GGUF_FIXED = "measured on SmolLM2-135M-Instruct alone (docs/engines.md)"
+_GGUF_Q8_0 = (("kld_mean", 4.0), ("kld_p99", 8.0))
+"""gguf-q8_0 (x the reference's own int8): llama.cpp's Q8_0 of SmolLM2-135M-Instruct costs 1.40x the mean and 3.05x
+p99 of genguard's int8 (margins 2.9x, 2.6x); one FFN norm weight x1.25 costs 15.7x / 48.1x (3.9x, 6.0x outside), the
+rope base 1e5 -> 1e4 31.5x / 64.9x (docs/engines.md, benchmarks/gguf_presets.py)."""
+_GGUF_Q6_K = (("kld_mean", 8.0), ("kld_p99", 16.0))
+"""gguf-q6_k: Q6_K costs 3.09x / 5.83x (margins 2.6x, 2.7x); the norm bug 18.3x / 57.6x (2.3x, 3.6x outside), the
+rope bug 62.9x / 129x."""
+_GGUF_Q4_K_M = (("kld_mean", 25.0), ("kld_p99", 35.0))
+"""gguf-q4_k_m: Q4_K_M costs 13.5x / 14.7x (margins 1.85x, 2.4x); the norm bug 42.7x / 77.8x (1.7x, 2.2x outside),
+the rope bug 52.2x / 108x. On a copy whose weights are off Q4_1's grid (benchmarks/gguf_presets.py --off-grid 0.1):
+10.8x / 6.5x, the norm bug 28.9x (1.16x outside), the rope bug 40.7x."""
+_GGUF_Q4_1 = (("kld_mean", 50.0), ("kld_p99", 35.0))
+"""gguf-q4_1: SmolLM2's weights are its shipped Q4_1 file dequantized, so there Q4_1 costs 1.27x / 2.63x only; on the
+off-grid copy a correct Q4_1 costs 31.2x / 13.8x (margins 1.6x, 2.5x), as llama.cpp's scoreboard puts Q4_1 above
+Q4_K_M (2.3x on Llama 3 8B). On SmolLM2 the norm bug (17.1x / 47.9x) and the rope bug (31.1x / 62.8x) fail it by
+p99 (1.37x, 1.8x outside); on the off-grid copy no bug measured is outside it (docs/engines.md)."""
+
 PRESETS: dict[str, Budget] = {
     # Relative (docs/fidelity.md, benchmarks/RESULTS.md): multiples of the reference model's own conversion to the
     # precision, measured between the worst correct copy and the mildest realistic bug on SmolLM2-135M-Instruct and
@@ -178,7 +201,38 @@ PRESETS: dict[str, Budget] = {
     "fp16": Budget(kld_mean=1e-5, kld_p99=2e-4, kld_max=3e-4, name="fp16", ratios=_CAST_RATIOS, precision="fp16"),
     "int8": Budget(kld_mean=2e-4, kld_p99=3e-3, kld_max=4e-3, name="int8", ratios=_QUANT_RATIOS, precision="int8"),
     "int4": Budget(kld_mean=1.5e-1, kld_p90=5e-2, name="int4", ratios=_QUANT_RATIOS, precision="int4"),
+    # llama.cpp's GGUF file types, as llama.cpp's own tools make them (convert_hf_to_gguf.py, llama-quantize), run with
+    # its f16 KV cache: multiples of the reference's own int8 conversion (docs/engines.md). The fixed limits are the
+    # same multiples of SmolLM2-135M-Instruct's int8 (trace bounds: mean 1.38e-3, p99 6.15e-3).
+    "gguf-q8_0": Budget(
+        kld_mean=5e-3, kld_p99=5e-2, name="gguf-q8_0", ratios=_GGUF_Q8_0, precision="int8", fixed_basis=_GGUF_FIXED
+    ),
+    "gguf-q6_k": Budget(
+        kld_mean=1e-2, kld_p99=1e-1, name="gguf-q6_k", ratios=_GGUF_Q6_K, precision="int8", fixed_basis=_GGUF_FIXED
+    ),
+    "gguf-q4_k_m": Budget(
+        kld_mean=3.5e-2,
+        kld_p99=2e-1,
+        name="gguf-q4_k_m",
+        ratios=_GGUF_Q4_K_M,
+        precision="int8",
+        fixed_basis=_GGUF_FIXED,
+    ),
+    "gguf-q4_1": Budget(
+        kld_mean=7e-2, kld_p99=2e-1, name="gguf-q4_1", ratios=_GGUF_Q4_1, precision="int8", fixed_basis=_GGUF_FIXED
+    ),
 }
+
+GGUF_TYPE_PRESETS: dict[str, str] = {
+    "BF16": "bf16",
+    "F16": "fp16",
+    "Q8_0": "gguf-q8_0",
+    "Q6_K": "gguf-q6_k",
+    "Q4_K_M": "gguf-q4_k_m",
+    "Q4_1": "gguf-q4_1",
+}
+"""The preset that judges a GGUF of each llama.cpp file type (``general.file_type``) when no budget is named
+(``genguard check-gguf``); F32 is judged by the float32 rule, other types need a budget."""
 
 
 def budget_of(budget: str | Mapping[str, Any] | Budget | None, *, where: str = "fidelity()") -> Budget | None:

@@ -22,7 +22,8 @@ ENGINES = ("ctranslate2", "llama_cpp", "onnxruntime")
 
 def engine(name: str, *, cache_dir: Path | str | None = None, **options: str) -> Engine:
     """The engine `name` (one of `ENGINES`), converting into `cache_dir` (default: genguard's cache dir); `options`
-    configure it (llama.cpp: ``outtype`` f32, bf16 or q8_0 for the conversion, ``kv_cache`` f16 or f32).
+    configure it (llama.cpp: ``outtype`` f32, bf16 or q8_0 from convert_hf_to_gguf.py, or q6_k, q5_k_m, q4_k_m or
+    q4_1 from its F32 file by llama.cpp's quantizer; ``kv_cache`` f16 or f32).
 
     Raises `EngineUnavailable` (an ImportError whose message is the install command) when the engine's extra is not
     installed, and ValueError for an unknown name.

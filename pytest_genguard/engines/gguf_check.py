@@ -1,9 +1,11 @@
 """`genguard check-gguf GGUF SNAPSHOT...`: judge a GGUF file (what llama.cpp, Ollama and LM Studio run) against the
 snapshots of the model it was converted from.
 
-Each snapshot's paths are teacher forced through llama.cpp (`pytest_genguard.engines.llama_cpp`), then judged by the
-float32 rule, or by ``--budget`` (a quantized file). Before that, the GGUF's tokenizer, special tokens and metadata
-are checked (`gguf_conformance`): a mismatch is stale, named, since no logit of a given id sequence shows it.
+Each snapshot's paths are teacher forced through llama.cpp (`pytest_genguard.engines.llama_cpp`), then judged by
+``--budget``, or else by the GGUF's file type (`judgement()`): an F32 file by the float32 rule (f32 KV cache) or the
+fp16 preset (llama.cpp's f16 KV cache), a quantized file by its type's preset (``gguf-q4_k_m`` ...). Before that,
+the GGUF's tokenizer, special tokens and metadata are checked (`gguf_conformance`): a mismatch is stale, named,
+since no logit of a given id sequence shows it.
 
 Kept apart from ``cli.py`` (which reads traces with the core alone): this command loads torch, transformers and
 llama-cpp-python, inside `run()` only.
@@ -16,14 +18,14 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from pytest_genguard.core.budget import parse_budget, traces_report
+from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, Budget, parse_budget, traces_report
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import EngineUnavailable, TraceFormatError
 from pytest_genguard.core.history import RecorderHistory
 from pytest_genguard.core.trace import GenerationTrace
 
-__all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_STALE", "EXIT_USAGE", "add_arguments", "run"]
+__all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_STALE", "EXIT_USAGE", "add_arguments", "judgement", "run"]
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -44,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--budget",
         default=None,
         metavar="PRESET|KEY=VALUE,...",
-        help="judge by a fidelity budget (a quantized GGUF: int8, int4, ...) instead of the float32 rule",
+        help="judge by this fidelity budget (default: by the file type: F32 the float32 rule, or fp16 with an f16 KV "
+        "cache; BF16 bf16; Q8_0, Q6_K, Q4_K_M, Q4_1 their gguf-* presets)",
     )
     parser.add_argument(
         "--kv-cache",
@@ -91,6 +94,26 @@ def _gguf(path: Path) -> Path:
     return path
 
 
+def judgement(file_type: str, kv_cache: str) -> tuple[Budget | None, str]:
+    """How a GGUF of llama.cpp file type `file_type` run with a `kv_cache` KV cache is judged when no ``--budget`` is
+    given: (None for the float32 rule, or its preset; why). ValueError for a file type without a preset."""
+    if file_type == "F32" and kv_cache == "f32":
+        return None, "float32 rule: an F32 file with an f32 KV cache computes in float32"
+    if file_type == "F32":
+        return PRESETS["fp16"], (
+            "preset fp16: an F32 file, but llama.cpp's f16 KV cache rounds every key and value to float16, a float16 "
+            "precision change the float32 rule would call a regression; --kv-cache f32 for the float32 rule"
+        )
+    name = GGUF_TYPE_PRESETS.get(file_type)
+    if name is None:
+        known = ", ".join(f"{t} {p}" for t, p in GGUF_TYPE_PRESETS.items())
+        raise ValueError(
+            f"file type {file_type} has no preset (F32 is judged by the float32 rule; {known}); pass --budget "
+            f"(a preset: {', '.join(PRESETS)}, or limits KEY=VALUE,...)"
+        )
+    return PRESETS[name], f"preset {name}: the preset of file type {file_type}"
+
+
 def _hf_side(gguf: Path, model_dir: Path | None) -> tuple[Any, Any]:
     """The Hugging Face model and tokenizer: from `model_dir`, else as transformers dequantizes the GGUF."""
     import torch
@@ -135,6 +158,17 @@ def check(
         from pytest_genguard.engines import gguf_conformance
     except EngineUnavailable as exc:
         raise BadInput(str(exc)) from None
+    from pytest_genguard.engines.llama_cpp import file_type
+
+    kind = file_type(path)
+    if limits is None:
+        try:
+            limits, why = judgement(kind, kv_cache)
+        except ValueError as exc:
+            raise BadInput(f"GGUF {path}: {exc}") from None
+    else:
+        why = f"--budget {budget}"
+    stream.write(f"judged by {why}\n")
     model, tokenizer = _hf_side(path, model_dir)
     snapshots_traces = [t for _, t in traces]
     mismatches = gguf_conformance.tokenizer_mismatches(path, tokenizer, snapshots_traces)
@@ -148,7 +182,7 @@ def check(
     regressed = False
     for name, reference in traces:
         candidate = llama.record_model(model, tokenizer, reference=reference, converted=path)
-        where = f"{name} -> {path.name} ({candidate.environment.get('gguf_file_type')}, KV cache {kv_cache})"
+        where = f"{name} -> {path.name} ({kind}, KV cache {kv_cache})"
         if limits is None:
             comparison = compare(reference, candidate, check_fingerprints=False)
             regressed |= not comparison.ok

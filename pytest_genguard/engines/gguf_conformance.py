@@ -2,7 +2,8 @@
 tokens and hyperparameters from the file's metadata, and conversions get them wrong without moving a logit of a
 given id sequence: Llama 3's digit pre-tokenization (llama.cpp #6914), a ``pre=default`` tokenizer (ollama #17698),
 "Café" split differently (llama.cpp #23252), a double BOS (llama-cpp-python #1501), a hard-coded RMS epsilon
-(llama.cpp #2373). Each check here names what differs; `genguard check-gguf` calls any of them stale.
+(llama.cpp #2373), Llama 3.1's rope scaling missing or wrong (llama.cpp #8676). Each check here names what differs;
+`genguard check-gguf` calls any of them stale.
 
 The tokenizer is llama.cpp's own (``Llama(vocab_only=True).tokenize``), compared with the transformers tokenizer on
 a built-in corpus and on the snapshot's prompt texts; the metadata is read with gguf-py's ``GGUFReader``.
@@ -22,7 +23,14 @@ from pytest_genguard.core.trace import GenerationTrace
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-__all__ = ["CORPUS", "Mismatch", "conformance", "metadata_mismatches", "template_mismatches", "tokenizer_mismatches"]
+__all__ = [
+    "CORPUS",
+    "Mismatch",
+    "conformance",
+    "metadata_mismatches",
+    "template_mismatches",
+    "tokenizer_mismatches",
+]
 
 CORPUS = (
     "3333+777 = 4110",
@@ -56,11 +64,11 @@ def corpus(tokenizer: PreTrainedTokenizerBase) -> tuple[str, ...]:
     return (*CORPUS, *([" ".join(f"{token}word{i}" for i, token in enumerate(specials))] if specials else []))
 
 
-def _fields(path: Path) -> dict[str, Any]:
+def _fields(path: Path, reader: Any = None) -> dict[str, Any]:
     """The GGUF's scalar and string metadata by key (arrays such as the vocabulary left out)."""
     import gguf
 
-    reader = gguf.GGUFReader(str(path))
+    reader = reader if reader is not None else gguf.GGUFReader(str(path))
     out: dict[str, Any] = {}
     for key, field in reader.fields.items():
         if field.types and field.types[0] == gguf.GGUFValueType.ARRAY:
@@ -77,6 +85,95 @@ def _rope_theta(config: Any) -> float | None:
     return None if theta is None else float(theta)
 
 
+def _rope_scaling(config: Any) -> dict[str, Any]:
+    """The config's rope scaling (transformers 5's ``rope_parameters``, its full-attention entry where it has one per
+    layer type; older configs' ``rope_scaling``), with ``rope_type`` "default" when it has none."""
+    parameters = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if isinstance(parameters.get("full_attention"), dict):
+        parameters = parameters["full_attention"]
+    rope_type = parameters.get("rope_type", parameters.get("type")) or "default"
+    return {**parameters, "rope_type": str(rope_type)}
+
+
+def _llama3_rope_factors(config: Any) -> list[float] | None:
+    """The per-frequency divisors llama.cpp applies for Llama 3.1's rope scaling (the ``rope_freqs.weight`` tensor
+    convert_hf_to_gguf.py writes; transformers' ``_compute_llama3_parameters``), None unless its rope_type is llama3."""
+    scaling = _rope_scaling(config)
+    if scaling["rope_type"].lower() != "llama3":
+        return None
+    base = float(scaling.get("rope_theta") or _rope_theta(config) or 10000.0)
+    dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    factor = float(scaling.get("factor", 8.0))
+    low, high = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+    old = float(scaling.get("original_max_position_embeddings", 8192))
+    out = []
+    for i in range(0, dim, 2):
+        wavelen = 2 * math.pi * base ** (i / dim)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return out
+
+
+def _rope_scaling_mismatches(arch: str, fields: dict[str, Any], tensors: dict[str, Any], config: Any) -> list[Mismatch]:
+    """The GGUF's rope scaling (``{arch}.rope.scaling.*``, llama3's ``rope_freqs.weight``) against the config's:
+    llama.cpp applies what the file says, whatever the config said."""
+    scaling = _rope_scaling(config)
+    rope_type = scaling["rope_type"].lower()
+    if rope_type not in ("default", "linear", "yarn", "llama3"):
+        return []  # longrope, dynamic, ...: written per architecture, not checked here
+    said = f"(config rope_type {scaling['rope_type']!r})"
+    # As llama.cpp reads them (llama-model.cpp, llama-context.cpp): the type defaults to linear, the factor to the old
+    # key rope.scale_linear, a factor of 0 or none means 1, and type none never scales.
+    type_key, factor_key = f"{arch}.rope.scaling.type", f"{arch}.rope.scaling.factor"
+    if factor_key not in fields and f"{arch}.rope.scale_linear" in fields:
+        factor_key = f"{arch}.rope.scale_linear"
+    actual_type = str(fields.get(type_key, "linear"))
+    raw = float(fields.get(factor_key) or 0.0)
+    actual_factor = 1.0 if raw == 0.0 else raw
+    shown_factor = repr(fields[factor_key]) if factor_key in fields else "no such key (llama.cpp: 1, no scaling)"
+    out = []
+    if rope_type in ("default", "llama3"):
+        if actual_type not in ("none", "linear"):
+            out.append(Mismatch("metadata", type_key, f"'none' {said}", repr(actual_type)))
+        elif actual_type == "linear" and not _same(1.0, actual_factor):
+            out.append(Mismatch("metadata", factor_key, f"1, no scaling {said}", f"{shown_factor}, linear"))
+    else:
+        if actual_type != rope_type:
+            shown = repr(actual_type) if type_key in fields else "no such key (llama.cpp's default: 'linear')"
+            out.append(Mismatch("metadata", type_key, f"{rope_type!r} {said}", shown))
+        factor = float(scaling.get("factor") or 1.0)
+        if not _same(factor, actual_factor):
+            out.append(Mismatch("metadata", factor_key, f"{factor!r} {said}", shown_factor))
+    key = f"{arch}.rope.scaling.original_context_length"
+    original = scaling.get("original_max_position_embeddings") if rope_type == "yarn" else None
+    if original is not None and (key not in fields or not _same(int(original), fields[key])):
+        out.append(Mismatch("metadata", key, f"{original!r} {said}", repr(fields.get(key, "no such key"))))
+    expected = _llama3_rope_factors(config)
+    found = tensors.get("rope_freqs.weight")
+    if expected is None and found is not None:
+        out.append(Mismatch("metadata", "rope_freqs.weight", f"no rope factors {said}", f"{len(found)} factors"))
+    elif expected is not None:
+        if found is None:
+            out.append(Mismatch("metadata", "rope_freqs.weight", f"{len(expected)} llama3 factors {said}", "none"))
+        elif len(found) != len(expected) or not all(
+            math.isclose(float(a), b, rel_tol=_FLOAT_RTOL * 10) for a, b in zip(found, expected, strict=False)
+        ):
+            out.append(
+                Mismatch(
+                    "metadata",
+                    "rope_freqs.weight",
+                    f"llama3 factors {[round(x, 4) for x in expected[-3:]]} (last 3) {said}",
+                    f"{[round(float(x), 4) for x in list(found)[-3:]]}",
+                )
+            )
+    return out
+
+
 def _same(expected: Any, actual: Any) -> bool:
     if isinstance(expected, float) or isinstance(actual, float):
         return math.isclose(float(expected), float(actual), rel_tol=_FLOAT_RTOL)
@@ -84,9 +181,14 @@ def _same(expected: Any, actual: Any) -> bool:
 
 
 def metadata_mismatches(path: Path, config: PretrainedConfig) -> list[Mismatch]:
-    """The GGUF's hyperparameters that llama.cpp runs with, against the model's config: norm epsilon, rope base,
-    context length and the shapes. A key the GGUF lacks is a mismatch (llama.cpp then uses a default of its own)."""
-    fields = _fields(path)
+    """The GGUF's hyperparameters that llama.cpp runs with, against the model's config: norm epsilon, rope base and
+    scaling (type, factor, original context length; llama3's per-frequency factors), context length and the shapes.
+    A key the GGUF lacks is a mismatch (llama.cpp then uses a default of its own)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    fields = _fields(path, reader)
+    tensors = {t.name: t.data.reshape(-1) for t in reader.tensors if t.name == "rope_freqs.weight"}
     arch = str(fields.get("general.architecture", "llama"))
     wanted = {
         f"{arch}.attention.layer_norm_rms_epsilon": getattr(config, "rms_norm_eps", None),
@@ -106,7 +208,7 @@ def metadata_mismatches(path: Path, config: PretrainedConfig) -> list[Mismatch]:
             out.append(Mismatch("metadata", key, f"{expected!r} (config)", "no such key (llama.cpp's default)"))
         elif not _same(expected, fields[key]):
             out.append(Mismatch("metadata", key, f"{expected!r} (config)", repr(fields[key])))
-    return out
+    return out + _rope_scaling_mismatches(arch, fields, tensors, config)
 
 
 def _ids(ids: Sequence[int], limit: int = 12) -> str:

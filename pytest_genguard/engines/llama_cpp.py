@@ -3,7 +3,9 @@ Ollama and LM Studio users run, teacher forced in process with ``Llama(model_pat
 ``eval(ids)`` per prompt path, every position's logits from ``scores``.
 
 A `save_pretrained` folder is converted with llama.cpp's own ``convert_hf_to_gguf.py`` (``--outtype`` f32, bf16 or
-q8_0), vendored in llama-cpp-python's source distribution: PyPI ships llama-cpp-python as source only, so
+q8_0), vendored in llama-cpp-python's source distribution, and for the k-quants and Q4_1 (q6_k, q5_k_m, q4_k_m,
+q4_1) to F32 first, then quantized by llama.cpp's own quantizer (``llama-quantize``'s ``llama_model_quantize``, in
+llama-cpp-python's library): PyPI ships llama-cpp-python as source only, so
 ``.ci/llama-cpp-wheel`` builds it once and keeps the unpacked source beside the wheel, where `source_dir()` finds
 it. A GGUF made elsewhere (a quantized file you ship) is judged as given: ``record(folder, converted=file)``.
 
@@ -32,6 +34,7 @@ __all__ = [
     "GGUF_FILE",
     "KV_CACHES",
     "OUTTYPES",
+    "QUANTIZED",
     "backend",
     "build_folder",
     "convert",
@@ -39,13 +42,22 @@ __all__ = [
     "gguf_file",
     "load",
     "metadata_script",
+    "quantize",
     "source_dir",
 ]
 
 GGUF_FILE = "model.gguf"
 """The file a conversion writes into its cache folder."""
-OUTTYPES = ("f32", "bf16", "q8_0")
-"""``convert_hf_to_gguf.py --outtype`` values genguard converts to."""
+_CONVERTER = ("f32", "bf16", "q8_0")  # convert_hf_to_gguf.py --outtype makes these itself
+QUANTIZED = {
+    "q6_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q6_K,
+    "q5_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M,
+    "q4_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+    "q4_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_1,
+}
+"""The file types made by llama.cpp's quantizer from the converter's F32 file (``llama-quantize``'s ftype)."""
+OUTTYPES = (*_CONVERTER, *QUANTIZED)
+"""Every GGUF file type genguard makes from a `save_pretrained` folder: the converter's, then the quantizer's."""
 KV_CACHES = {"f16": llama_cpp.GGML_TYPE_F16, "f32": llama_cpp.GGML_TYPE_F32}
 """The KV cache types (``type_k`` and ``type_v``); f16 is llama.cpp's default."""
 SOURCE_ENV = "GENGUARD_LLAMA_SOURCE"
@@ -78,18 +90,57 @@ def metadata_script(name: str) -> Path:
     return path
 
 
-def convert(model_dir: Path, out: Path, outtype: str = "f32") -> None:
-    """``convert_hf_to_gguf.py <model_dir> --outtype <outtype> --outfile <out>/model.gguf``, run by this Python
-    (it needs torch, transformers and sentencepiece, and uses the gguf-py vendored beside it)."""
+def _check_outtype(outtype: str) -> None:
     if outtype not in OUTTYPES:
-        raise ValueError(f"genguard engine 'llama_cpp': outtype {outtype!r}; choose one of {', '.join(OUTTYPES)}")
+        raise ValueError(f"genguard engine 'llama_cpp': outtype={outtype!r}; choose one of {', '.join(OUTTYPES)}")
+
+
+def convert(model_dir: Path, out: Path, outtype: str = "f32") -> None:
+    """`out`/model.gguf of `outtype`: ``convert_hf_to_gguf.py <model_dir> --outtype <outtype>``, run by this Python
+    (it needs torch, transformers and sentencepiece, and uses the gguf-py vendored beside it); for a `QUANTIZED`
+    type, the converter's F32 file quantized by `quantize()` (the F32 file is removed after)."""
+    _check_outtype(outtype)
+    target = out / (f"f32-{GGUF_FILE}" if outtype in QUANTIZED else GGUF_FILE)
     script = source_dir() / "convert_hf_to_gguf.py"
-    command = [sys.executable, str(script), str(model_dir), "--outtype", outtype, "--outfile", str(out / GGUF_FILE)]
+    command = [sys.executable, str(script), str(model_dir), "--outfile", str(target)]
+    command += ["--outtype", "f32" if outtype in QUANTIZED else outtype]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0 or not (out / GGUF_FILE).is_file():
+    if result.returncode != 0 or not target.is_file():
         tail = "\n".join(result.stderr.strip().splitlines()[-6:])
         raise RuntimeError(
             f"genguard engine 'llama_cpp': convert_hf_to_gguf.py could not convert {model_dir} "
+            f"(exit {result.returncode}):\n{tail}"
+        )
+    if outtype in QUANTIZED:
+        quantize(target, out / GGUF_FILE, outtype)
+        target.unlink()
+
+
+_QUANTIZE = """
+import ctypes, sys
+import llama_cpp
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype = int(sys.argv[3])
+params.nthread = 1
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(params)))
+"""
+
+
+def quantize(source: Path, out_file: Path, outtype: str) -> None:
+    """`source` (an F32 or F16 GGUF) quantized to `outtype` (one of `QUANTIZED`) at `out_file` by llama.cpp's own
+    quantizer with ``llama-quantize``'s defaults (no importance matrix), one thread; run in a child process, since the
+    library prints its progress to the process's stderr and aborts on some bad input."""
+    if outtype not in QUANTIZED:
+        raise ValueError(
+            f"genguard engine 'llama_cpp': quantize() makes {', '.join(QUANTIZED)}, not {outtype!r} "
+            f"({', '.join(_CONVERTER)} come from convert_hf_to_gguf.py: use convert())"
+        )
+    command = [sys.executable, "-c", _QUANTIZE, str(source), str(out_file), str(QUANTIZED[outtype])]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not out_file.is_file():
+        tail = "\n".join(result.stderr.strip().splitlines()[-6:])
+        raise RuntimeError(
+            f"genguard engine 'llama_cpp': llama_model_quantize could not quantize {source} to {outtype} "
             f"(exit {result.returncode}):\n{tail}"
         )
 
@@ -168,8 +219,7 @@ def load(converted: Path, kv_cache: str = "f16") -> Logits:
 
 def backend(outtype: str = "f32", kv_cache: str = "f16") -> Backend:
     """llama.cpp as genguard runs it: conversions to `outtype`, a KV cache of `kv_cache`."""
-    if outtype not in OUTTYPES:
-        raise ValueError(f"genguard engine 'llama_cpp': outtype={outtype!r}; choose one of {', '.join(OUTTYPES)}")
+    _check_outtype(outtype)
     if kv_cache not in KV_CACHES:
         raise ValueError(f"genguard engine 'llama_cpp': kv_cache={kv_cache!r}; choose one of {', '.join(KV_CACHES)}")
 

@@ -55,15 +55,26 @@ def hf(folder: Path) -> tuple[Any, Any]:
 
 @pytest.fixture(scope="session")
 def reference(hf: tuple[Any, Any]) -> Any:
-    """transformers' float32 trace, with the model's own int8/int4 calibration (the budgets' scale)."""
+    """transformers' float32 trace, with the model's own fp16/int8/int4 calibration (the budgets' scale: fp16 judges an
+    F32 file run with llama.cpp's f16 KV cache, int8 the GGUF-type presets)."""
     from pytest_genguard import calibrate
 
     model, tokenizer = hf
     trace = record(model, tokenizer, PROMPTS, max_new_tokens=STEPS, top_k=5, do_sample=False)
-    return calibrate(model, tokenizer, trace, precisions=("int8", "int4"))
+    return calibrate(model, tokenizer, trace, precisions=("fp16", "int8", "int4"))
 
 
 @pytest.fixture(scope="session")
 def f32_gguf(folder: Path, genguard_engine: Any) -> Path:
     """llama.cpp's converter's F32 file of the float32 folder (cached by the weights' fingerprint)."""
     return genguard_engine("llama_cpp", outtype="f32").convert(folder) / "model.gguf"
+
+
+@pytest.fixture(scope="session")
+def gguf_of(folder: Path, genguard_engine: Any) -> Any:
+    """outtype -> llama.cpp's own file of the float32 folder (converter, then quantizer; cached by the weights)."""
+
+    def gguf_of(outtype: str) -> Path:
+        return Path(genguard_engine("llama_cpp", outtype=outtype).convert(folder)) / "model.gguf"
+
+    return gguf_of

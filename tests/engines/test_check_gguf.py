@@ -1,6 +1,7 @@
 """`genguard check-gguf GGUF SNAPSHOT...` on the real chat model: exit 0 when the GGUF holds, 1 for a regression or a
 file outside its budget, 2 for bad input (named, with the fix), 3 when its tokenizer or metadata is not the model's
-(each mismatch named)."""
+(each mismatch named). Without --budget the file type decides: an F32 file the float32 rule (f32 KV cache) or the fp16
+preset (f16), a quantized one its type's preset, a type without one is bad input."""
 
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def test_the_f32_file_holds_and_the_eps_bug_regresses(
 ) -> None:
     code, out, _ = run(capsys, str(f32_gguf), str(snapshot), "--kv-cache", "f32", "--model", str(folder))
     assert code == 0, out
+    assert "judged by float32 rule: an F32 file with an f32 KV cache computes in float32\n" in out
     assert "(F32, KV cache f32): holds (float32 rule)" in out
     bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.attention.layer_norm_rms_epsilon", "1e-4")
     code, out, _ = run(capsys, str(bad), str(snapshot), "--kv-cache", "f32", "--model", str(folder))
@@ -84,19 +86,66 @@ def test_a_default_pre_tokenizer_is_stale_and_named(
     assert "stale: tokenizer: '3333+777 = 4110' (built-in corpus)" in out
 
 
-def test_the_shipped_q4_1_holds_its_budget_and_not_the_float32_rule_and_the_rope_bug_is_outside_it(
-    snapshot: Path, folder: Path, f32_gguf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_the_shipped_q4_1_is_judged_by_its_type_preset_and_the_rope_bug_in_it_is_outside(
+    snapshot: Path, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from pytest_genguard.hf.smollm2 import gguf_path
 
     model = ("--model", str(folder))
-    code, out, _ = run(capsys, str(gguf_path()), str(snapshot), "--budget", "int8", *model)
+    code, out, _ = run(capsys, str(gguf_path()), str(snapshot), *model)
     assert code == 0, out
+    assert "judged by preset gguf-q4_1: the preset of file type Q4_1\n" in out
     assert "(Q4_1, KV cache f16): holds" in out
     assert "relative to the reference model's own int8 conversion" in out  # the snapshot's calibration scales it
-    code, out, _ = run(capsys, str(gguf_path()), str(snapshot), *model)
+    code, out, _ = run(capsys, str(gguf_path()), str(snapshot), "--budget", "int8", *model)
+    assert (code, "judged by --budget int8\n" in out) == (0, True), out
+    bad = edited(gguf_path(), tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
+    code, out, _ = run(capsys, str(bad), str(snapshot), *model)
     assert code == 1, out
-    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
-    code, out, _ = run(capsys, str(bad), str(snapshot), "--budget", "int8", *model)
+    assert "(Q4_1, KV cache f16): OUTSIDE THE BUDGET" in out
+    assert "stale: metadata: llama.rope.freq_base" in out
+
+
+def test_an_f32_file_with_llama_cpps_f16_kv_cache_is_judged_by_the_fp16_preset(
+    snapshot: Path, folder: Path, f32_gguf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = ("--model", str(folder))
+    code, out, _ = run(capsys, str(f32_gguf), str(snapshot), *model)
+    assert code == 0, out
+    assert "judged by preset fp16: an F32 file, but llama.cpp's f16 KV cache rounds every key and value" in out
+    assert "relative to the reference model's own fp16 conversion" in out
+    # Its negative control: the epsilon bug, which no quantized file's preset sees, is outside fp16.
+    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.attention.layer_norm_rms_epsilon", "1e-4")
+    code, out, _ = run(capsys, str(bad), str(snapshot), *model)
     assert code == 1, out
     assert "(F32, KV cache f16): OUTSIDE THE BUDGET" in out
+
+
+def test_a_file_type_without_a_preset_is_bad_input_naming_budget(
+    snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_genguard.hf.smollm2 import gguf_path
+
+    # The shipped file relabelled Q4_0 (general.file_type 2): no preset measured for it.
+    relabelled = edited(gguf_path(), tmp_path, "gguf_set_metadata", "general.file_type", "2")
+    code, out, err = run(capsys, str(relabelled), str(snapshot))
+    assert (code, out) == (2, "")
+    assert f"GGUF {relabelled}: file type Q4_0 has no preset" in err
+    assert "pass --budget (a preset: bf16, fp16, int8, int4, gguf-q8_0, gguf-q6_k, gguf-q4_k_m, gguf-q4_1" in err
+
+
+def test_each_file_type_has_one_judgement() -> None:
+    from pytest_genguard.engines.gguf_check import judgement
+
+    assert judgement("F32", "f32")[0] is None  # the float32 rule
+    chosen = {kind: judgement(kind, "f16")[0] for kind in ("F32", "BF16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_1")}
+    assert {kind: None if b is None else b.name for kind, b in chosen.items()} == {
+        "F32": "fp16",
+        "BF16": "bf16",
+        "Q8_0": "gguf-q8_0",
+        "Q6_K": "gguf-q6_k",
+        "Q4_K_M": "gguf-q4_k_m",
+        "Q4_1": "gguf-q4_1",
+    }
+    with pytest.raises(ValueError, match=r"file type Q5_K_M has no preset .*; pass --budget"):
+        judgement("Q5_K_M", "f16")

@@ -1,11 +1,14 @@
-"""The real chat model's GGUF tests' helpers: bug copies of a GGUF made with gguf-py's own metadata scripts."""
+"""The real chat model's GGUF tests' helpers (and benchmarks/gguf_presets.py's): bug copies of a GGUF made with
+gguf-py's own metadata scripts and its reader."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def edited(source: Path, tmp_path: Path, script: str, *args: str) -> Path:
@@ -19,4 +22,43 @@ def edited(source: Path, tmp_path: Path, script: str, *args: str) -> Path:
     else:
         command = [sys.executable, str(metadata_script(script)), str(source), str(out), *args, "--force"]
     subprocess.run(command, check=True, capture_output=True)
+    return out
+
+
+def with_keys(source: Path, out: Path, keys: dict[str, tuple[Any, Any]]) -> Path:
+    """A copy of `source` at `out` with metadata `keys` added or replaced (key -> (gguf.GGUFValueType, value)), written
+    by gguf_new_metadata.py's own copy_with_new_metadata (its command line cannot add arbitrary keys)."""
+    import gguf
+
+    from pytest_genguard.engines.llama_cpp import metadata_script
+
+    spec = importlib.util.spec_from_file_location("gguf_new_metadata", metadata_script("gguf_new_metadata"))
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    reader = gguf.GGUFReader(str(source))
+    arch = str(reader.get_field("general.architecture").contents())  # type: ignore[union-attr]
+    writer = gguf.GGUFWriter(str(out), arch=arch, endianess=reader.endianess)
+    alignment = reader.get_field("general.alignment")
+    if alignment is not None:
+        writer.data_alignment = int(alignment.contents())
+    details = {key: script.MetadataDetails(kind, value) for key, (kind, value) in keys.items()}
+    script.copy_with_new_metadata(reader, writer, details, [])
+    return out
+
+
+def scaled_tensor(source: Path, out: Path, name: str, factor: float) -> Path:
+    """A copy of `source` at `out` whose float32 tensor `name` (a norm weight: quantized files keep them F32) is
+    multiplied by `factor`, written in place through gguf-py's reader."""
+    import gguf
+    import numpy
+
+    shutil.copyfile(source, out)
+    reader = gguf.GGUFReader(str(out), "r+")
+    (tensor,) = [t for t in reader.tensors if t.name == name]
+    if tensor.tensor_type != gguf.GGMLQuantizationType.F32:
+        raise ValueError(f"{name} is {tensor.tensor_type.name} in {source}, not F32")
+    tensor.data[...] = (tensor.data * numpy.float32(factor)).astype(numpy.float32)
+    reader.data.flush()
+    del reader
     return out
