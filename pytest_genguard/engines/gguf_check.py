@@ -15,17 +15,36 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, Budget, parse_budget, traces_report
+from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, Budget, FidelityReport, parse_budget, traces_report
 from pytest_genguard.core.compare import compare
+from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import EngineUnavailable, TraceFormatError
 from pytest_genguard.core.history import RecorderHistory
+from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.core.verdict import Verdict
 
-__all__ = ["EXIT_OK", "EXIT_REGRESSION", "EXIT_STALE", "EXIT_USAGE", "add_arguments", "judgement", "run"]
+if TYPE_CHECKING:
+    from pytest_genguard.engines.gguf_conformance import Mismatch
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_REGRESSION",
+    "EXIT_STALE",
+    "EXIT_USAGE",
+    "BadInput",
+    "GGUFJudge",
+    "GGUFJudged",
+    "add_arguments",
+    "judgement",
+    "run",
+]
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -132,6 +151,93 @@ def _hf_side(gguf: Path, model_dir: Path | None) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+@dataclass(frozen=True)
+class GGUFJudged:
+    """One snapshot judged on the GGUF: llama.cpp's trace along its paths, how it was judged (the float32 rule, or a
+    budget, and why), and the rule's comparison or the budget's report."""
+
+    candidate: GenerationTrace
+    how: str
+    comparison: Comparison | None = None
+    report: FidelityReport | None = None
+
+    @property
+    def holds(self) -> bool:
+        if self.report is not None:
+            return self.report.holds
+        return self.comparison is not None and self.comparison.ok
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.report is not None:
+            return Verdict.WITHIN_TOLERANCE if self.report.holds else Verdict.REGRESSION
+        assert self.comparison is not None
+        return self.comparison.verdict
+
+    def __str__(self) -> str:
+        return str(self.report if self.report is not None else self.comparison)
+
+
+@dataclass(frozen=True)
+class GGUFJudge:
+    """A GGUF opened for judging snapshots: its llama.cpp engine (with its KV cache type), its file type, and the
+    Hugging Face side (the model's config, generation settings and tokenizer: from `model_dir`, else as transformers
+    dequantizes the GGUF). `genguard check-gguf` and ``pytest --genguard-gguf`` open one and judge every snapshot."""
+
+    path: Path
+    kv_cache: str
+    file_type: str
+    model: Any
+    tokenizer: Any
+    llama: Any
+    model_dir: Path | None = None
+
+    @classmethod
+    def open(cls, gguf: Path, *, kv_cache: str = "f16", model_dir: Path | None = None) -> GGUFJudge:
+        """`BadInput` for a file that is not a GGUF or a model folder without a config; `EngineUnavailable` without
+        the llama_cpp extra."""
+        path = _gguf(gguf)
+        from pytest_genguard.engines import engine
+
+        llama = engine("llama_cpp", kv_cache=kv_cache)
+        from pytest_genguard.engines.llama_cpp import file_type
+
+        model, tokenizer = _hf_side(path, model_dir)
+        return cls(path, kv_cache, file_type(path), model, tokenizer, llama, model_dir)
+
+    def mismatches(self, traces: Sequence[GenerationTrace]) -> list[Mismatch]:
+        """What differs beyond the logits (stale): the tokenizer and the chat template on the snapshots' prompts, and
+        the metadata against the config when the model's folder was given."""
+        from pytest_genguard.engines import gguf_conformance
+
+        found = gguf_conformance.tokenizer_mismatches(self.path, self.tokenizer, traces)
+        found += gguf_conformance.template_mismatches(self.path, self.tokenizer, traces)
+        if self.model_dir is not None:
+            found = gguf_conformance.metadata_mismatches(self.path, self.model.config) + found
+        return found
+
+    def judgement(self, budget: Budget | None = None) -> tuple[Budget | None, str]:
+        """(None for the float32 rule, or the budget; why): `budget` when given, else by the file type
+        (`judgement()`; ValueError for a type without a preset)."""
+        if budget is not None:
+            return budget, f"budget {budget.name}"
+        return judgement(self.file_type, self.kv_cache)
+
+    def judge(
+        self, reference: GenerationTrace, *, budget: Budget | None = None, overrides: Overrides | None = None
+    ) -> GGUFJudged:
+        """`reference`'s paths teacher forced through llama.cpp and judged: by `budget`, else by the file type; the
+        float32 rule under `overrides` (a test's tolerances)."""
+        limits, why = self.judgement(budget)
+        candidate = self.llama.record_model(self.model, self.tokenizer, reference=reference, converted=self.path)
+        if limits is None:
+            args = (overrides or Overrides()).args()
+            return GGUFJudged(
+                candidate, why, comparison=compare(reference, candidate, check_fingerprints=False, **args)
+            )
+        return GGUFJudged(candidate, why, report=traces_report(reference, candidate, limits))
+
+
 def check(
     gguf: Path,
     snapshots: list[Path],
@@ -151,46 +257,29 @@ def check(
             raise BadInput(str(exc)) from None
     path = _gguf(gguf)
     traces = _traces(snapshots)
-    from pytest_genguard.engines import engine
-
     try:
-        llama = engine("llama_cpp", kv_cache=kv_cache)
-        from pytest_genguard.engines import gguf_conformance
+        judge = GGUFJudge.open(path, kv_cache=kv_cache, model_dir=model_dir)
     except EngineUnavailable as exc:
         raise BadInput(str(exc)) from None
-    from pytest_genguard.engines.llama_cpp import file_type
-
-    kind = file_type(path)
-    if limits is None:
-        try:
-            limits, why = judgement(kind, kv_cache)
-        except ValueError as exc:
-            raise BadInput(f"GGUF {path}: {exc}") from None
-    else:
-        why = f"--budget {budget}"
-    stream.write(f"judged by {why}\n")
-    model, tokenizer = _hf_side(path, model_dir)
-    snapshots_traces = [t for _, t in traces]
-    mismatches = gguf_conformance.tokenizer_mismatches(path, tokenizer, snapshots_traces)
-    mismatches += gguf_conformance.template_mismatches(path, tokenizer, snapshots_traces)
-    if model_dir is not None:
-        mismatches = gguf_conformance.metadata_mismatches(path, model.config) + mismatches
-    else:
+    try:
+        _, why = judge.judgement(limits)
+    except ValueError as exc:
+        raise BadInput(f"GGUF {path}: {exc}") from None
+    stream.write(f"judged by {why if budget is None else f'--budget {budget}'}\n")
+    if model_dir is None:
         stream.write("metadata: not checked (without --model the config is the GGUF's own)\n")
+    mismatches = judge.mismatches([t for _, t in traces])
     for mismatch in mismatches:
         stream.write(f"stale: {mismatch}\n")
     regressed = False
     for name, reference in traces:
-        candidate = llama.record_model(model, tokenizer, reference=reference, converted=path)
-        where = f"{name} -> {path.name} ({kind}, KV cache {kv_cache})"
-        if limits is None:
-            comparison = compare(reference, candidate, check_fingerprints=False)
-            regressed |= not comparison.ok
-            stream.write(f"{where}: {'holds' if comparison.ok else 'REGRESSION'} (float32 rule)\n{comparison}\n")
+        judged = judge.judge(reference, budget=limits)
+        where = f"{name} -> {path.name} ({judge.file_type}, KV cache {kv_cache})"
+        regressed |= not judged.holds
+        if judged.report is None:
+            stream.write(f"{where}: {'holds' if judged.holds else 'REGRESSION'} (float32 rule)\n{judged}\n")
         else:
-            report = traces_report(reference, candidate, limits)
-            regressed |= not report.holds
-            stream.write(f"{where}: {'holds' if report.holds else 'OUTSIDE THE BUDGET'}\n{report}\n")
+            stream.write(f"{where}: {'holds' if judged.holds else 'OUTSIDE THE BUDGET'}\n{judged}\n")
     if regressed:
         return EXIT_REGRESSION
     return EXIT_STALE if mismatches else EXIT_OK

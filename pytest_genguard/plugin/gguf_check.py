@@ -65,12 +65,14 @@ def judge_stored(
         return None  # the test's own check reported the unreadable file
     if not isinstance(document, GenerationTrace):
         return None
+    from pytest_genguard.engines.gguf_check import BadInput  # the torch side loads with the option only
+
     where = f"--genguard-gguf {current.gguf.name}"
     try:
         judge = _judge(config)
         mismatches = judge.mismatches([document])
         judged = None if mismatches else judge.judge(document, budget=budget, overrides=overrides)
-    except (GenguardError, ValueError, OSError) as exc:
+    except (GenguardError, BadInput, ValueError, OSError) as exc:
         lines = [f"genguard snapshot {name!r} ({source}) could not be judged on the GGUF ({where}):", str(exc)]
         _emit(Status.INVALID, lines, name, failure=True)
         return lines

@@ -35,9 +35,9 @@ from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf import record as recording_module  # looked up per call: tests replace record()
 from pytest_genguard.hf.environment import environment
+from pytest_genguard.plugin import gguf_check, server_check
 from pytest_genguard.plugin.fidelity_marker import Judged, between_traces, marker_budget, with_model
 from pytest_genguard.plugin.reference import on_trace
-from pytest_genguard.plugin import gguf_check, server_check
 from pytest_genguard.plugin.settings import Settings, settings
 from pytest_genguard.plugin.snapshot import (
     GenguardSnapshotExtension,
