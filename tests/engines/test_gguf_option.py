@@ -1,6 +1,7 @@
 """``pytest --genguard-gguf FILE``: a user's project, unedited, also judges a GGUF of its model against every snapshot
 it asserts (the real chat model, SmolLM2-135M-Instruct: llama.cpp's converter's F32 file, its Q8_0, and the bug copies
-of the llama.cpp tests). The project runs in a subprocess, as a user's would."""
+of the llama.cpp tests). The project runs in a subprocess, as a user's would: one project, its snapshot written once,
+then one run per file."""
 
 from __future__ import annotations
 
@@ -11,31 +12,33 @@ from gguf_support import edited
 from vllm_server import served_project
 
 
-def test_the_f32_file_holds_with_an_f32_cache_and_the_rope_bug_fails_the_assertion(
-    reference: Any, f32_gguf: Path, tmp_path: Path
-) -> None:
-    run = served_project(tmp_path / "project", reference.to_json())
-    assert run("--snapshot-update").returncode == 0
-    held = run("--genguard-gguf", str(f32_gguf), "--genguard-gguf-kv-cache", "f32")
-    assert held.returncode == 0, held.stdout[-3000:]
-    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
-    failed = run("--genguard-gguf", str(bad), "--genguard-gguf-kv-cache", "f32", "-vv")
-    assert failed.returncode == 1, failed.stdout[-3000:]
-    assert "on the GGUF (--genguard-gguf model-gguf_set_metadata.gguf): regression" in failed.stdout
-
-
-def test_a_quantized_file_is_judged_by_its_types_preset_and_a_default_pre_tokenizer_is_stale(
+def test_each_file_is_judged_as_check_gguf_judges_it(
     reference: Any, f32_gguf: Path, folder: Path, tmp_path: Path, genguard_engine: Any
 ) -> None:
     run = served_project(tmp_path / "project", reference.to_json())
     assert run("--snapshot-update").returncode == 0
-    q8 = genguard_engine("llama_cpp", outtype="q8_0").convert(folder) / "model.gguf"
-    held = run("--genguard-gguf", str(q8), "-vv", "-rA")
+    model = ("--genguard-gguf-model", str(folder))  # the config and tokenizer (else transformers reads the GGUF's)
+    # The F32 file with an f32 KV cache: the float32 rule, under the test's tolerances; its metadata as the config's.
+    held = run("--genguard-gguf", str(f32_gguf), "--genguard-gguf-kv-cache", "f32", *model)
     assert held.returncode == 0, held.stdout[-3000:]
+    # Its negative controls: the rope base edited. With the model's folder the metadata check names it (stale);
+    # without it, the GGUF's own config agrees with itself and the logits regress.
+    rope = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
+    named = run("--genguard-gguf", str(rope), "--genguard-gguf-kv-cache", "f32", "-vv", *model)
+    assert named.returncode == 1 and "metadata: llama.rope.freq_base: expected 100000.0" in named.stdout, named.stdout
+    failed = run("--genguard-gguf", str(rope), "--genguard-gguf-kv-cache", "f32", "-vv")
+    assert failed.returncode == 1, failed.stdout[-3000:]
+    assert "on the GGUF (--genguard-gguf model-gguf_set_metadata.gguf): regression, judged by float32 rule" in (
+        failed.stdout
+    )
+    # The converter's Q8_0 with llama.cpp's own f16 cache: judged by its file type's preset, and within it.
+    q8 = genguard_engine("llama_cpp", outtype="q8_0").convert(folder) / "model.gguf"
+    assert run("--genguard-gguf", str(q8), *model).returncode == 0
+    # A default pre-tokenizer: stale, named by the tokenizer check (no logit of the snapshot's ids moves).
     pre = edited(f32_gguf, tmp_path, "gguf_new_metadata", "--pre-tokenizer", "default")
-    stale = run("--genguard-gguf", str(pre), "-vv")
+    stale = run("--genguard-gguf", str(pre), "--genguard-gguf-kv-cache", "f32", "-vv", *model)
     assert stale.returncode == 1, stale.stdout[-3000:]
-    assert "is stale on the GGUF (--genguard-gguf" in stale.stdout
+    assert "is stale on the GGUF (--genguard-gguf model-gguf_new_metadata.gguf)" in stale.stdout
     assert "tokenizer: '3333+777 = 4110'" in stale.stdout
 
 
@@ -43,6 +46,5 @@ def test_a_missing_file_is_a_usage_error_naming_the_option(reference: Any, tmp_p
     run = served_project(tmp_path / "project", reference.to_json())
     result = run("--genguard-gguf", str(tmp_path / "nope.gguf"))
     assert result.returncode == 4
-    assert "--genguard-gguf" in result.stderr and "no such file or folder; pass the .gguf file llama.cpp runs" in (
-        result.stderr
-    )
+    assert "--genguard-gguf" in result.stderr
+    assert "no such file or folder; pass the .gguf file llama.cpp runs" in result.stderr
