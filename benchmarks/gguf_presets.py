@@ -5,7 +5,8 @@ quantized one (rope base 1e5 -> 1e4, RMS epsilon 1e-5 -> 1e-4, one FFN norm weig
 along transformers' float32 greedy paths of the engine tests' prompts (tests/engines/conftest.py).
 
 Per file: the exact KLD(transformers || llama.cpp) over the full vocabulary (float64 log-softmax: mean, p99, max),
-top-1 agreement, the trace's top-5 lower bounds that a snapshot judges (`traces_report`), those as multiples of the
+top-1 agreement, the trace's top-5 lower bounds that a snapshot judges (`traces_report`: each path up to the first
+step where llama.cpp prefers another greedy token, as generation through it would go), those as multiples of the
 reference's own calibration bounds (int8 and int4, the same lower bounds of genguard's own conversions), and which
 presets hold. Not part of `python -m benchmarks` (it needs the llama_cpp extra; about 7 minutes):
     OMP_NUM_THREADS=1 PYTHONPATH=.:tests/support python benchmarks/gguf_presets.py [--steps 32] [--off-grid 0.1]
@@ -112,9 +113,9 @@ def main() -> None:
             files[f"*bug:* {name}, {bug}"] = (scaled_tensor(source, out, "blk.10.ffn_norm.weight", factor), "f16")
     print(
         "\n| GGUF | KV cache | KLD mean | p99 | max | same top-1 | trace KLD mean, p99 (top-5 bound) "
-        "| × int8 mean, p99 | × int4 mean, p99 | holds |"
+        "| steps compared | × int8 mean, p99 | × int4 mean, p99 | holds |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, (path, kv) in files.items():
         logits = load(path, kv)([s[:-1] for s in sequences])
         klds, same = [], []
@@ -125,7 +126,8 @@ def main() -> None:
             klds += list((numpy.exp(a) * (a - b)).sum(axis=-1))
             same += list(a.argmax(-1) == b.argmax(-1))
         trace = engine("llama_cpp", kv_cache=kv).record(folder, reference=reference, converted=path)
-        metrics = traces_report(reference, trace, None).metrics
+        report = traces_report(reference, trace, None)
+        metrics = report.metrics
         ratios = []
         for precision in ("int8", "int4"):
             mean = metrics["kld_mean"] / calibration[calibration_key(precision, "bound.kld_mean")]
@@ -136,6 +138,7 @@ def main() -> None:
         print(
             f"| {name} ({file_type(path)}) | {kv} | {k.mean():.2g} | {numpy.quantile(k, 0.99):.2g} | {k.max():.2g} | "
             f"{100 * numpy.mean(same):.1f}% | {metrics['kld_mean']:.2g}, {metrics['kld_p99']:.2g} | "
+            f"{int(metrics['steps'])}/{int(metrics['steps']) + report.skipped} | "
             f"{' | '.join(ratios)} | {', '.join(held) or 'none'} |"
         )
 

@@ -55,13 +55,13 @@ def hf(folder: Path) -> tuple[Any, Any]:
 
 @pytest.fixture(scope="session")
 def reference(hf: tuple[Any, Any]) -> Any:
-    """transformers' float32 trace, with the model's own fp16/int8/int4 calibration (the budgets' scale: fp16 judges an
-    F32 file run with llama.cpp's f16 KV cache, int8 the GGUF-type presets)."""
+    """transformers' float32 trace, with the model's own calibration (the budgets' scale: fp16 judges an F32 file run
+    with llama.cpp's f16 KV cache, bf16 a BF16 file, int8 the quantized types' presets)."""
     from pytest_genguard import calibrate
 
     model, tokenizer = hf
     trace = record(model, tokenizer, PROMPTS, max_new_tokens=STEPS, top_k=5, do_sample=False)
-    return calibrate(model, tokenizer, trace, precisions=("fp16", "int8", "int4"))
+    return calibrate(model, tokenizer, trace, precisions=("fp16", "bf16", "int8", "int4"))
 
 
 @pytest.fixture(scope="session")

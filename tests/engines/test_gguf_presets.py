@@ -2,8 +2,9 @@
 float32 folder (convert_hf_to_gguf.py's Q8_0; llama_model_quantize's Q6_K, Q4_K_M and Q4_1 of its F32 file), and the
 shipped Q4_1, holds the preset of its file type, relative to the snapshot's int8 calibration and by the fixed limits;
 two realistic bugs in the same file are outside it: the rope base 1e5 -> 1e4 in the metadata, and one FFN norm weight
-x1.25 (its tensor edited in the file; quantized files keep norms in float32). The measured margins are in
-docs/engines.md (benchmarks/gguf_presets.py).
+x1.25 (its tensor edited in the file; quantized files keep norms in float32). The converter's BF16 holds `bf16`, which
+check-gguf picks for it, and the norm bug in it does not. The measured margins are in docs/engines.md
+(benchmarks/gguf_presets.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,22 @@ def test_llama_cpps_own_file_holds_its_type_preset_and_a_rope_or_norm_bug_in_it_
     assert judged(rope) == (False, False)
     norm = scaled_tensor(path, tmp_path / "norm.gguf", "blk.10.ffn_norm.weight", 1.25)
     assert judged(norm) == (False, False)
+
+
+def test_the_converters_bf16_holds_the_bf16_preset_and_a_norm_bug_in_it_does_not(
+    folder: Path, reference: Any, gguf_of: Any, tmp_path: Path, genguard_engine: Any
+) -> None:
+    from pytest_genguard.engines.gguf_check import judgement
+
+    path = gguf_of("bf16")
+    budget, _ = judgement("BF16", "f16")
+    assert budget is PRESETS["bf16"]
+    llama = genguard_engine("llama_cpp")
+    report = traces_report(reference, llama.record(folder, reference=reference, converted=path), budget)
+    assert report.budget is not None and "relative to the reference model's own bf16" in report.budget.basis
+    assert report.holds, str(report)
+    norm = scaled_tensor(path, tmp_path / "norm.gguf", "blk.10.ffn_norm.weight", 1.25)
+    assert not traces_report(reference, llama.record(folder, reference=reference, converted=norm), budget).holds
 
 
 def test_the_shipped_q4_1_holds_its_type_preset(folder: Path, reference: Any, genguard_engine: Any) -> None:
