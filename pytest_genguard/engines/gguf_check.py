@@ -258,13 +258,18 @@ def check(
     path = _gguf(gguf)
     traces = _traces(snapshots)
     try:
-        judge = GGUFJudge.open(path, kv_cache=kv_cache, model_dir=model_dir)
+        from pytest_genguard.engines import engine
+
+        engine("llama_cpp", kv_cache=kv_cache)  # the extra, before anything is loaded
     except EngineUnavailable as exc:
         raise BadInput(str(exc)) from None
+    from pytest_genguard.engines.llama_cpp import file_type
+
     try:
-        _, why = judge.judgement(limits)
+        _, why = (limits, "") if limits is not None else judgement(file_type(path), kv_cache)
     except ValueError as exc:
         raise BadInput(f"GGUF {path}: {exc}") from None
+    judge = GGUFJudge.open(path, kv_cache=kv_cache, model_dir=model_dir)
     stream.write(f"judged by {why if budget is None else f'--budget {budget}'}\n")
     if model_dir is None:
         stream.write("metadata: not checked (without --model the config is the GGUF's own)\n")

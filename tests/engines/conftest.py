@@ -74,7 +74,16 @@ def f32_gguf(folder: Path, genguard_engine: Any) -> Path:
 def gguf_of(folder: Path, genguard_engine: Any) -> Any:
     """outtype -> llama.cpp's own file of the float32 folder (converter, then quantizer; cached by the weights)."""
 
+    genguard_engine("llama_cpp")  # skips, naming the install command, without the extra
+
     def gguf_of(outtype: str) -> Path:
         return Path(genguard_engine("llama_cpp", outtype=outtype).convert(folder)) / "model.gguf"
 
     return gguf_of
+
+
+@pytest.fixture
+def llama_cpp_extra(genguard_engine: Any) -> None:
+    """For a test that needs llama-cpp-python without recording through the engine: skipped, naming the install
+    command, without the extra (CI's llama.cpp leg runs every such test with it)."""
+    genguard_engine("llama_cpp")

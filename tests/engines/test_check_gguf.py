@@ -86,6 +86,7 @@ def test_a_default_pre_tokenizer_is_stale_and_named(
     assert "stale: tokenizer: '3333+777 = 4110' (built-in corpus)" in out
 
 
+@pytest.mark.usefixtures("llama_cpp_extra")
 def test_the_shipped_q4_1_is_judged_by_its_type_preset_and_the_rope_bug_in_it_is_outside(
     snapshot: Path, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -121,6 +122,7 @@ def test_an_f32_file_with_llama_cpps_f16_kv_cache_is_judged_by_the_fp16_preset(
     assert "(F32, KV cache f16): OUTSIDE THE BUDGET" in out
 
 
+@pytest.mark.usefixtures("llama_cpp_extra")
 def test_a_file_type_without_a_preset_is_bad_input_naming_budget(
     snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

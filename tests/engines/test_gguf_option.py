@@ -42,8 +42,8 @@ def test_each_file_is_judged_as_check_gguf_judges_it(
     assert "tokenizer: '3333+777 = 4110'" in stale.stdout
 
 
-def test_a_missing_file_is_a_usage_error_naming_the_option(reference: Any, tmp_path: Path) -> None:
-    run = served_project(tmp_path / "project", reference.to_json())
+def test_a_missing_file_is_a_usage_error_naming_the_option(tmp_path: Path) -> None:
+    run = served_project(tmp_path / "project", "{}")  # refused when the run is configured, before any test
     result = run("--genguard-gguf", str(tmp_path / "nope.gguf"))
     assert result.returncode == 4
     assert "--genguard-gguf" in result.stderr

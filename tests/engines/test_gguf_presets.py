@@ -72,6 +72,7 @@ def test_the_shipped_q4_1_holds_its_type_preset(folder: Path, reference: Any, ge
     assert report.holds, str(report)
 
 
+@pytest.mark.usefixtures("llama_cpp_extra")
 def test_an_unknown_outtype_or_preset_lists_the_known_ones(genguard_engine: Any) -> None:
     from pytest_genguard.core.budget import parse_budget
     from pytest_genguard.engines.llama_cpp import OUTTYPES, quantize

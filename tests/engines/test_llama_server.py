@@ -135,8 +135,10 @@ def test_pytest_genguard_server_judges_llama_server(urls: dict[str, str], refere
     assert "on the server (--genguard-server " in broken.stdout and "): regression" in broken.stdout
 
 
-def test_the_engine_reads_the_folder_the_build_script_writes() -> None:
+def test_the_engine_reads_the_folder_the_build_script_writes(genguard_engine: Any) -> None:
     import re
+
+    genguard_engine("llama_cpp")  # skips, naming the install command, without the extra
 
     from pytest_genguard.engines.llama_cpp import RECIPE, build_folder
 
