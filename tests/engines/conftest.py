@@ -54,11 +54,13 @@ def hf(folder: Path) -> tuple[Any, Any]:
 
 
 @pytest.fixture(scope="session")
-def reference(hf: tuple[Any, Any]) -> Any:
+def reference(hf: tuple[Any, Any], genguard_engine: Any) -> Any:
     """transformers' float32 trace, with the model's own calibration (the budgets' scale: fp16 judges an F32 file run
-    with llama.cpp's f16 KV cache, bf16 a BF16 file, int8 the quantized types' presets)."""
+    with llama.cpp's f16 KV cache, bf16 a BF16 file, int8 the quantized types' presets). Only the llama.cpp tests use
+    it: without the extra they skip before it is computed (20 s)."""
     from pytest_genguard import calibrate
 
+    genguard_engine("llama_cpp")
     model, tokenizer = hf
     trace = record(model, tokenizer, PROMPTS, max_new_tokens=STEPS, top_k=5, do_sample=False)
     return calibrate(model, tokenizer, trace, precisions=("fp16", "bf16", "int8", "int4"))
@@ -82,7 +84,7 @@ def gguf_of(folder: Path, genguard_engine: Any) -> Any:
     return gguf_of
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def llama_cpp_extra(genguard_engine: Any) -> None:
     """For a test that needs llama-cpp-python without recording through the engine: skipped, naming the install
     command, without the extra (CI's llama.cpp leg runs every such test with it)."""
