@@ -25,6 +25,7 @@ from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import EngineUnavailable, TraceFormatError
+from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, gate_line
 from pytest_genguard.core.history import RecorderHistory
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
@@ -37,6 +38,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_REGRESSION",
     "EXIT_STALE",
+    "EXIT_UNPROVEN",
     "EXIT_USAGE",
     "BadInput",
     "GGUFJudge",
@@ -46,11 +48,12 @@ __all__ = [
     "run",
 ]
 
-EXIT_OK = 0
-EXIT_REGRESSION = 1
-EXIT_USAGE = 2
-EXIT_STALE = 3
-HELP = "judge a GGUF file through llama.cpp against snapshots (exit 0 hold, 1 regression, 2 bad input, 3 stale)"
+EXIT_OK = EXIT_WITHIN
+EXIT_REGRESSION = EXIT_OUTSIDE
+HELP = (
+    "judge a GGUF file through llama.cpp against snapshots (exit 0 hold, 1 regression or outside the budget, 2 bad "
+    "input, 3 stale, 4 within the budget on lower bounds only)"
+)
 
 
 class BadInput(Exception):
@@ -276,7 +279,7 @@ def check(
     mismatches = judge.mismatches([t for _, t in traces])
     for mismatch in mismatches:
         stream.write(f"stale: {mismatch}\n")
-    regressed = False
+    regressed = unproven = False
     for name, reference in traces:
         judged = judge.judge(reference, budget=limits)
         where = f"{name} -> {path.name} ({judge.file_type}, KV cache {kv_cache})"
@@ -284,10 +287,15 @@ def check(
         if judged.report is None:
             stream.write(f"{where}: {'holds' if judged.holds else 'REGRESSION'} (float32 rule)\n{judged}\n")
         else:
-            stream.write(f"{where}: {'holds' if judged.holds else 'OUTSIDE THE BUDGET'}\n{judged}\n")
+            status = judged.report.status  # within on lower bounds only proves nothing: said, and exit 4
+            unproven |= status == "unproven"
+            said = {"within": "holds", "unproven": "holds on lower bounds only (UNPROVEN)"}.get(status, "OUTSIDE")
+            stream.write(f"{where}: {said}\n{judged}\n  {gate_line(judged.report)}\n")
     if regressed:
         return EXIT_REGRESSION
-    return EXIT_STALE if mismatches else EXIT_OK
+    if mismatches:
+        return EXIT_STALE
+    return EXIT_UNPROVEN if unproven else EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
