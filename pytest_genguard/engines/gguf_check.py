@@ -25,7 +25,7 @@ from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import EngineUnavailable, TraceFormatError
-from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, gate_line
+from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_USAGE, EXIT_WITHIN
 from pytest_genguard.core.history import RecorderHistory
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
@@ -38,7 +38,6 @@ __all__ = [
     "EXIT_OK",
     "EXIT_REGRESSION",
     "EXIT_STALE",
-    "EXIT_UNPROVEN",
     "EXIT_USAGE",
     "BadInput",
     "GGUFJudge",
@@ -50,10 +49,7 @@ __all__ = [
 
 EXIT_OK = EXIT_WITHIN
 EXIT_REGRESSION = EXIT_OUTSIDE
-HELP = (
-    "judge a GGUF file through llama.cpp against snapshots (exit 0 hold, 1 regression or outside the budget, 2 bad "
-    "input, 3 stale, 4 within the budget on lower bounds only)"
-)
+HELP = "judge a GGUF file through llama.cpp against snapshots (exit 0 hold, 1 regression, 2 bad input, 3 stale)"
 
 
 class BadInput(Exception):
@@ -279,7 +275,7 @@ def check(
     mismatches = judge.mismatches([t for _, t in traces])
     for mismatch in mismatches:
         stream.write(f"stale: {mismatch}\n")
-    regressed = unproven = False
+    regressed = False
     for name, reference in traces:
         judged = judge.judge(reference, budget=limits)
         where = f"{name} -> {path.name} ({judge.file_type}, KV cache {kv_cache})"
@@ -287,15 +283,13 @@ def check(
         if judged.report is None:
             stream.write(f"{where}: {'holds' if judged.holds else 'REGRESSION'} (float32 rule)\n{judged}\n")
         else:
-            status = judged.report.status  # within on lower bounds only proves nothing: said, and exit 4
-            unproven |= status == "unproven"
-            said = {"within": "holds", "unproven": "holds on lower bounds only (UNPROVEN)"}.get(status, "OUTSIDE")
-            stream.write(f"{where}: {said}\n{judged}\n  {gate_line(judged.report)}\n")
+            # Within on lower bounds only still exits 0 here (unlike check-server's 4): llama.cpp's path ends where it
+            # leaves the snapshot's, so a correct quantized file is rarely complete; the line says which it is.
+            said = {"within": "holds", "unproven": "holds (on lower bounds only)"}.get(judged.report.status)
+            stream.write(f"{where}: {said or 'OUTSIDE THE BUDGET'}\n{judged}\n")
     if regressed:
         return EXIT_REGRESSION
-    if mismatches:
-        return EXIT_STALE
-    return EXIT_UNPROVEN if unproven else EXIT_OK
+    return EXIT_STALE if mismatches else EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
