@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_server import ROOT, ServerStartError, free_port
+from vllm_server import ROOT, ServerStartError, free_port, stop_group, wait_healthy
 
 SERVER_ENV = "GENGUARD_LLAMA_SERVER"  # the llama-server executable, when not the one .ci/llama-cpp-wheel built
 START_TIMEOUT = 120.0  # it loads a 135M-parameter GGUF in about a second
@@ -52,18 +48,7 @@ class LlamaServer:
 
     def stop(self) -> None:
         """Stop the server's process group."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        stop_group(self.process)
 
 
 def launch(gguf: Path, log_dir: Path, *, kv_cache: str = "f32", extra: Sequence[str] = (), name: str) -> LlamaServer:
@@ -111,21 +96,8 @@ def launch(gguf: Path, log_dir: Path, *, kv_cache: str = "f32", extra: Sequence[
 
 def wait(server: LlamaServer, timeout: float = START_TIMEOUT) -> LlamaServer:
     """`server` once ``/health`` says ok (503 while the model loads); `ServerStartError` with its log otherwise."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise ServerStartError(
-                f"llama-server exited with {server.process.returncode} while starting:\n{server.log_tail()}"
-            )
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=5) as response:
-                if response.status == 200:
-                    return server
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    server.stop()
-    raise ServerStartError(f"llama-server did not answer /health within {timeout:g} s:\n{server.log_tail()}")
+    wait_healthy(server.url, server.process, server.log, name="llama-server", timeout=timeout, interval=0.5)
+    return server
 
 
 @contextlib.contextmanager

@@ -83,21 +83,52 @@ class VLLMServer:
     args: tuple[str, ...]
 
     def stop(self) -> None:
-        if self.process is None:  # not started here: not ours to stop
-            return
-        """Stop the server's process group (the API server and the engine process it forks)."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=30)
+        """Stop the server's process group (the API server and the engine process it forks); one not started here
+        is not ours to stop."""
+        if self.process is not None:
+            stop_group(self.process)
 
     def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log, lines)
+
+
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """Stop a test server started in a process group of its own (``start_new_session``): TERM, then KILL."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+
+def log_tail(log: Path, lines: int = 40) -> str:
+    """The end of a server's log, for the error that says why it did not come up."""
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def wait_healthy(
+    url: str, process: subprocess.Popen[bytes] | None, log: Path, *, name: str, timeout: float, interval: float
+) -> None:
+    """Return once ``url/health`` answers 200 (polled every `interval` s); `ServerStartError` with the log's end
+    when `process` exits first or `timeout` passes (the process is then stopped)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise ServerStartError(f"{name} exited with {process.returncode} while starting:\n{log_tail(log)}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(interval)
+    if process is not None:
+        stop_group(process)
+    raise ServerStartError(f"{name} did not answer /health within {timeout:g} s:\n{log_tail(log)}")
 
 
 def running_at(url: str) -> VLLMServer:
@@ -153,20 +184,8 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
 
 def wait(server: VLLMServer, timeout: float = START_TIMEOUT) -> VLLMServer:
     """`server` once it answers ``/health``; `ServerStartError` with its log's end when it exits or times out."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        process = server.process
-        if process is not None and process.poll() is not None:
-            raise ServerStartError(f"vLLM exited with {process.returncode} while starting:\n{server.log_tail()}")
-        try:
-            with urllib.request.urlopen(server.url + "/health", timeout=5) as response:
-                if response.status == 200:
-                    return server
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(2)
-    server.stop()
-    raise ServerStartError(f"vLLM did not answer /health within {timeout:g} s:\n{server.log_tail()}")
+    wait_healthy(server.url, server.process, server.log, name="vLLM", timeout=timeout, interval=2)
+    return server
 
 
 @contextlib.contextmanager
