@@ -2,7 +2,7 @@
 SmolLM2-135M-Instruct's GGUF files made by llama.cpp's own tools (convert_hf_to_gguf.py's F32, BF16 and Q8_0;
 llama_model_quantize's Q6_K, Q5_K_M, Q4_K_M and Q4_1 of the F32 file; the shipped Q4_1) and bug copies of each
 quantized one (rope base 1e5 -> 1e4, RMS epsilon 1e-5 -> 1e-4, one FFN norm weight x1.1 or x1.25), teacher forced
-along transformers' float32 greedy paths of the engine tests' prompts (tests/engines/conftest.py).
+along transformers' float32 greedy paths of the engine tests' prompts (tests/support/gguf_support.py).
 
 Per file: the exact KLD(transformers || llama.cpp) over the full vocabulary (float64 log-softmax: mean, p99, max),
 top-1 agreement, the trace's top-5 lower bounds that a snapshot judges (`traces_report`: each path up to the first
@@ -22,11 +22,10 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy
 import torch
-from gguf_support import edited, scaled_tensor
+from gguf_support import PROMPTS, edited, log_softmax, scaled_tensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from pytest_genguard import calibrate, record
@@ -35,22 +34,7 @@ from pytest_genguard.engines import engine
 from pytest_genguard.engines.llama_cpp import file_type, load
 from pytest_genguard.hf.smollm2 import gguf_path, smollm2_folder
 
-PROMPTS: list[Any] = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [
-        {"role": "system", "content": "You are a concise assistant."},
-        {"role": "user", "content": "What is 3333+777? Answer with the number."},
-    ],
-    "Café déjà vu — 123 😊 and the digits 1234567890:",
-]
-"""tests/engines/conftest.py's PROMPTS."""
 SHOWN = ("fp16", "bf16", "int8", "gguf-q8_0", "gguf-q6_k", "gguf-q4_k_m", "gguf-q4_1")
-
-
-def log_softmax(x: numpy.ndarray[Any, Any]) -> numpy.ndarray[Any, Any]:
-    x = x.astype(numpy.float64)
-    m = x.max(axis=-1, keepdims=True)
-    return x - m - numpy.log(numpy.exp(x - m).sum(axis=-1, keepdims=True))  # type: ignore[no-any-return]
 
 
 def main() -> None:

@@ -18,11 +18,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+
+from gguf_support import PROMPTS, log_softmax
 
 from pytest_genguard import calibrate, record
 from pytest_genguard.core.budget import PRESETS, traces_report
@@ -30,21 +33,6 @@ from pytest_genguard.core.compare import compare
 from pytest_genguard.engines import engine
 from pytest_genguard.engines.llama_cpp import load, metadata_script
 from pytest_genguard.hf.smollm2 import gguf_path, smollm2_folder
-
-PROMPTS: list[Any] = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [
-        {"role": "system", "content": "You are a concise assistant."},
-        {"role": "user", "content": "What is 3333+777? Answer with the number."},
-    ],
-    "Café déjà vu — 123 😊 and the digits 1234567890:",
-]
-
-
-def log_softmax(x: numpy.ndarray[Any, Any]) -> numpy.ndarray[Any, Any]:
-    x = x.astype(numpy.float64)
-    m = x.max(axis=-1, keepdims=True)
-    return x - m - numpy.log(numpy.exp(x - m).sum(axis=-1, keepdims=True))  # type: ignore[no-any-return]
 
 
 def main() -> None:

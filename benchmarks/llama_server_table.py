@@ -15,7 +15,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -23,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 import llama_server
+from gguf_support import PROMPTS
 
 from pytest_genguard import calibrate, record
 from pytest_genguard.core.budget import PRESETS, traces_report
@@ -32,15 +32,6 @@ from pytest_genguard.engines import engine
 from pytest_genguard.hf.smollm2 import smollm2_folder
 from pytest_genguard.serving import Endpoint, record_server
 from pytest_genguard.serving.record import at_top_k
-
-PROMPTS: list[Any] = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [
-        {"role": "system", "content": "You are a concise assistant."},
-        {"role": "user", "content": "What is 3333+777? Answer with the number."},
-    ],
-    "Café déjà vu — 123 😊 and the digits 1234567890:",
-]
 
 
 def shifts(reference: GenerationTrace, served: GenerationTrace) -> tuple[float, float, int]:

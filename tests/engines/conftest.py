@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gguf_support import PROMPTS
 
 from pytest_genguard import record
 from pytest_genguard.core.errors import GenguardError
@@ -23,14 +24,6 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return folders
 
 
-CONVERSATIONS = [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [
-        {"role": "system", "content": "You are a concise assistant."},
-        {"role": "user", "content": "What is 3333+777? Answer with the number."},
-    ],
-]
-PROMPTS = [*CONVERSATIONS, "Café déjà vu — 123 😊 and the digits 1234567890:"]
 STEPS = 32
 
 

@@ -1,5 +1,5 @@
-"""The real chat model's GGUF tests' helpers (and benchmarks/gguf_presets.py's): bug copies of a GGUF made with
-gguf-py's own metadata scripts and its reader."""
+"""The real chat model's GGUF tests' helpers (and the GGUF benchmarks'): their prompts, bug copies of a GGUF made
+with gguf-py's own metadata scripts and its reader, and the float64 log-softmax the exact KLD is taken with."""
 
 from __future__ import annotations
 
@@ -9,6 +9,26 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+PROMPTS: list[Any] = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [
+        {"role": "system", "content": "You are a concise assistant."},
+        {"role": "user", "content": "What is 3333+777? Answer with the number."},
+    ],
+    "Café déjà vu — 123 😊 and the digits 1234567890:",
+]
+"""Two conversations (one with a system message) and a text of digits, accents, a dash and an emoji: the prompts of
+tests/engines and of benchmarks/gguf_table.py, gguf_presets.py and llama_server_table.py."""
+
+
+def log_softmax(x: Any) -> Any:
+    """The float64 log-softmax of a numpy array of logits over its last axis (the exact KLD's)."""
+    import numpy
+
+    x = x.astype(numpy.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - numpy.log(numpy.exp(x - m).sum(axis=-1, keepdims=True))
 
 
 def edited(source: Path, tmp_path: Path, script: str, *args: str) -> Path:
