@@ -19,8 +19,7 @@ import pytest
 
 from pytest_genguard.core import events
 from pytest_genguard.core.budget import Budget
-from pytest_genguard.core.documents import parse_document
-from pytest_genguard.core.errors import GenguardError, TraceFormatError
+from pytest_genguard.core.errors import GenguardError
 from pytest_genguard.core.events import CheckEvent
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
@@ -47,23 +46,19 @@ def _judge(config: pytest.Config) -> Any:
 
 def judge_stored(
     config: pytest.Config,
-    stored: str | None,
+    stored: str,
+    document: GenerationTrace,
     source: str,
     name: str,
     *,
     overrides: Overrides | None = None,
     budget: Budget | None = None,
 ) -> list[str] | None:
-    """The failure lines when the GGUF of ``--genguard-gguf`` does not hold `stored` (None: it holds, there is no
-    such option, or nothing to judge), judged under the test's `overrides` or by its fidelity `budget`."""
+    """The failure lines when the GGUF of ``--genguard-gguf`` does not hold the stored snapshot (`stored`, its text;
+    `document`, its trace) (None: it holds, or there is no such option), judged under the test's `overrides` or by
+    its fidelity `budget`."""
     current = settings(config)
-    if current.gguf is None or stored is None:
-        return None
-    try:
-        document = parse_document(stored, source)
-    except TraceFormatError:
-        return None  # the test's own check reported the unreadable file
-    if not isinstance(document, GenerationTrace):
+    if current.gguf is None:
         return None
     from pytest_genguard.engines.gguf_check import BadInput  # the torch side loads with the option only
 

@@ -18,8 +18,7 @@ import pytest
 
 from pytest_genguard.core import events
 from pytest_genguard.core.budget import Budget
-from pytest_genguard.core.documents import parse_document
-from pytest_genguard.core.errors import ServerError, TraceFormatError
+from pytest_genguard.core.errors import ServerError
 from pytest_genguard.core.events import CheckEvent
 from pytest_genguard.core.gate import gate_line
 from pytest_genguard.core.tolerances import Overrides
@@ -32,23 +31,19 @@ __all__ = ["judge_stored"]
 
 def judge_stored(
     config: pytest.Config,
-    stored: str | None,
+    stored: str,
+    document: GenerationTrace,
     source: str,
     name: str,
     *,
     overrides: Overrides | None = None,
     budget: Budget | None = None,
 ) -> list[str] | None:
-    """The failure lines when the server at ``--genguard-server`` does not hold `stored` (None: it holds, there is
-    no server option, or nothing to judge), judged under the test's `overrides` or by its fidelity `budget`."""
+    """The failure lines when the server at ``--genguard-server`` does not hold the stored snapshot (`stored`, its
+    text; `document`, its trace) (None: it holds, or there is no server option), judged under the test's `overrides`
+    or by its fidelity `budget`."""
     current = settings(config)
-    if current.server is None or stored is None:
-        return None
-    try:
-        document = parse_document(stored, source)
-    except TraceFormatError:
-        return None  # the test's own check reported the unreadable file
-    if not isinstance(document, GenerationTrace):
+    if current.server is None:
         return None
     from pytest_genguard.serving.check import judge, worst_share  # the HTTP side loads with the option only
     from pytest_genguard.serving.http import Endpoint

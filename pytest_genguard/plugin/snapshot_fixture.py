@@ -29,6 +29,7 @@ from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import Outcome, dump_document, parse_document
 from pytest_genguard.core.environments import environment_class
+from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.events import CheckEvent
 from pytest_genguard.core.review import nonfinite_message, nonfinite_values
 from pytest_genguard.core.trace import GenerationTrace
@@ -302,12 +303,16 @@ class GenguardSnapshot:
         """``--genguard-server`` and ``--genguard-gguf``: the running server and the GGUF judged against the stored
         snapshot too, once the test's own check compared and held (True without the options, or when the assertion
         wrote the snapshot)."""
-        if not self.last_held:
+        current = settings(self._config)
+        if not self.last_held or (current.server is None and current.gguf is None):
             return True
         stored = store.read()
+        trace = _stored_trace(stored, store.source)
+        if stored is None or trace is None:
+            return True  # nothing to judge (a history), or the test's own check reported the unreadable file
         for judge in (server_check.judge_stored, gguf_check.judge_stored):
             lines = judge(
-                self._config, stored, store.source, self.last_name, overrides=self.overrides, budget=self.budget
+                self._config, stored, trace, store.source, self.last_name, overrides=self.overrides, budget=self.budget
             )
             if lines is not None:
                 self.explanation = lines
@@ -436,3 +441,15 @@ def _file_in_the_way(path: Path) -> Path | None:
         if parent.exists():
             return None if parent.is_dir() else parent
     return None
+
+
+def _stored_trace(stored: str | None, source: str) -> GenerationTrace | None:
+    """The stored snapshot's trace, for the deployed copies to be judged against (None: no file, a recorder history,
+    or a file the test's own check already reported unreadable)."""
+    if stored is None:
+        return None
+    try:
+        document = parse_document(stored, source)
+    except TraceFormatError:
+        return None
+    return document if isinstance(document, GenerationTrace) else None
