@@ -192,17 +192,26 @@ class GGUFJudge:
     model_dir: Path | None = None
 
     @classmethod
-    def open(cls, gguf: Path, *, kv_cache: str = "f16", model_dir: Path | None = None) -> GGUFJudge:
+    def open(
+        cls, gguf: Path, *, kv_cache: str = "f16", model_dir: Path | None = None, budget: Budget | None = None
+    ) -> GGUFJudge:
         """`BadInput` for a file that is not a GGUF or a model folder without a config; `EngineUnavailable` without
-        the llama_cpp extra."""
+        the llama_cpp extra; with `budget` None, `BadInput` for a file type without a preset (`judgement()`). Each
+        is raised before the Hugging Face side is loaded."""
         path = _gguf(gguf)
         from pytest_genguard.engines import engine
 
         llama = engine("llama_cpp", kv_cache=kv_cache)
         from pytest_genguard.engines.llama_cpp import file_type
 
+        kind = file_type(path)
+        if budget is None:
+            try:
+                judgement(kind, kv_cache)
+            except ValueError as exc:
+                raise BadInput(f"GGUF {path}: {exc}") from None
         model, tokenizer = _hf_side(path, model_dir)
-        return cls(path, kv_cache, file_type(path), model, tokenizer, llama, model_dir)
+        return cls(path, kv_cache, kind, model, tokenizer, llama, model_dir)
 
     def mismatches(self, traces: Sequence[GenerationTrace]) -> list[Mismatch]:
         """What differs beyond the logits (stale): the tokenizer and the chat template on the snapshots' prompts, and
@@ -257,18 +266,10 @@ def check(
     path = _gguf(gguf)
     traces = _traces(snapshots)
     try:
-        from pytest_genguard.engines import engine
-
-        engine("llama_cpp", kv_cache=kv_cache)  # the extra, before anything is loaded
+        judge = GGUFJudge.open(path, kv_cache=kv_cache, model_dir=model_dir, budget=limits)
     except EngineUnavailable as exc:
         raise BadInput(str(exc)) from None
-    from pytest_genguard.engines.llama_cpp import file_type
-
-    try:
-        _, why = (limits, "") if limits is not None else judgement(file_type(path), kv_cache)
-    except ValueError as exc:
-        raise BadInput(f"GGUF {path}: {exc}") from None
-    judge = GGUFJudge.open(path, kv_cache=kv_cache, model_dir=model_dir)
+    _, why = judge.judgement(limits)
     stream.write(f"judged by {why if budget is None else f'--budget {budget}'}\n")
     if model_dir is None:
         stream.write("metadata: not checked (without --model the config is the GGUF's own)\n")
