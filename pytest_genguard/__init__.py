@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "ModelUnavailable": "core.errors",
     "ServerError": "core.errors",
     "ServerStale": "core.errors",
+    "KernelSetUnsupported": "core.errors",
     # torch side
     "tiny_tokenizer": "hf.tiny",
     "tiny_model": "hf.tiny",
@@ -117,6 +118,7 @@ if TYPE_CHECKING:
         GenguardTrainingWarning as GenguardTrainingWarning,
         GenguardWarning as GenguardWarning,
         InstallError as InstallError,
+        KernelSetUnsupported as KernelSetUnsupported,
         ModelUnavailable as ModelUnavailable,
         PinError as PinError,
         ReleaseError as ReleaseError,
