@@ -19,9 +19,7 @@ from pytest_genguard.core.trace import GenerationTrace
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["HELP", "add_arguments", "run", "show"]
-
-HELP = "print a trace as a table: tokens, top-k, margins"
+__all__ = ["add_arguments", "run", "show"]
 
 
 def _console(stream: IO[str] | None = None) -> Console:

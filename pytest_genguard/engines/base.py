@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,8 +51,25 @@ _PACKAGES = {
 
 
 def install_command(name: str) -> str:
-    """``pip install "pytest-genguard[<name>]"``: what makes engine `name` importable."""
-    return f'pip install "pytest-genguard[{name}]"'
+    """What makes engine `name` importable: genguard's extra, installed from the clone genguard was installed from
+    (genguard is not on PyPI: README's install section), e.g. ``pip install "/path/to/pytest-genguard[llama_cpp]"``;
+    or the packages the extra names, by themselves."""
+    clone, requires = "", list[str]()
+    for dist in metadata.distributions(name="pytest-genguard"):  # an editable clone's egg-info may come first
+        requires = requires or list(dist.requires or [])
+        try:
+            url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+        except ValueError:
+            continue
+        if isinstance(url, str) and url.startswith("file://"):
+            clone = url.removeprefix("file://")
+            break
+    where = "the clone genguard was installed from" if clone else "a clone of pytest-genguard"
+    extra = f'extra == "{name.replace("_", "-")}"'
+    packages = [r.split(";")[0].strip() for r in requires if extra in r.replace("'", '"')]
+    quoted = " ".join(f'"{p}"' for p in packages)
+    alone = f"; or the extra's packages alone: pip install {quoted}" if packages else ""
+    return f'pip install "{clone or "/path/to/pytest-genguard"}[{name}]" ({where}{alone})'
 
 
 @dataclasses.dataclass(frozen=True)

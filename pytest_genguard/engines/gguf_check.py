@@ -49,7 +49,6 @@ __all__ = [
 
 EXIT_OK = EXIT_WITHIN
 EXIT_REGRESSION = EXIT_OUTSIDE
-HELP = "judge a GGUF file through llama.cpp against snapshots (exit 0 hold, 1 regression, 2 bad input, 3 stale)"
 
 
 class BadInput(Exception):

@@ -83,12 +83,14 @@ def fidelity_steps(
     reference: GenerationTrace,
     *,
     reference_model: PreTrainedModel | None = None,
+    forced: torch.Tensor | None = None,
 ) -> list[StepFidelity]:
     """The per-step metrics of `fidelity()` (exact with `reference_model`, else with the KLD bounded). The float64
-    work runs one prompt at a time: ``[steps, vocab]`` in float64, not the whole batch."""
+    work runs one prompt at a time: ``[steps, vocab]`` in float64, not the whole batch. `forced`: `model`'s
+    `forced_logits` along `reference`, when the caller has them already (calibration judges one copy both ways)."""
     import torch
 
-    candidate = forced_logits(model, tokenizer, reference)
+    candidate = forced_logits(model, tokenizer, reference) if forced is None else forced
     base = None if reference_model is None else forced_logits(reference_model, tokenizer, reference)
     out: list[StepFidelity] = []
     for b, p in enumerate(reference.prompts):
@@ -156,14 +158,15 @@ def calibration_figures(
     (`hf.reference_copies.reference_copy`) costs against `model` along `trace`'s paths, exactly (`trace` must have
     been recorded with `model`); and as the lower bounds over the trace's recorded top-k that a check without the
     model measures (``"bf16.bound.kld_mean"``), unless `bounds` is False (a judgement with the reference model in
-    process is exact and needs none: one teacher-forced pass less)."""
+    process is exact and needs none). Each copy is teacher forced once: both figures come from its forced logits."""
     out: dict[str, float] = {}
     for precision in precisions:
         candidate = reference_copy(model, precision)
-        metrics = aggregate(fidelity_steps(candidate, tokenizer, trace, reference_model=model))
+        forced = forced_logits(candidate, tokenizer, trace)
+        metrics = aggregate(fidelity_steps(candidate, tokenizer, trace, reference_model=model, forced=forced))
         # The same copy as a server or a trace-only check sees it: lower bounds over the trace's recorded top-k.
-        bounded = aggregate(fidelity_steps(candidate, tokenizer, trace)) if bounds else None
-        del candidate
+        bounded = aggregate(fidelity_steps(candidate, tokenizer, trace, forced=forced)) if bounds else None
+        del candidate, forced
         for key in CALIBRATED_METRICS:
             out[calibration_key(precision, key)] = float(metrics[key])
             if bounded is not None and key.startswith("kld"):

@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from pytest_genguard.core.environments import NORMALIZER_FIELD, logprobs_epsilon
+from pytest_genguard.core.environments import NORMALIZER_FIELD
 from pytest_genguard.core.errors import ServerError, ServerStale
 from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.rule import Rule
 from pytest_genguard.core.text import quote
-from pytest_genguard.core.tolerances import canonical_dtype, dtype_default
+from pytest_genguard.core.tolerances import canonical_dtype
 from pytest_genguard.core.trace import CHAT_SETTING, GenerationTrace, PromptTrace, Step
 from pytest_genguard.serving.dtype import resolve_dtype
 from pytest_genguard.serving.http import Endpoint
@@ -250,8 +251,7 @@ def _forced(p: PromptTrace, scored: list[Scored], greedy: bool, reference: Gener
 def _holds(reference: GenerationTrace, recorded: Step, got: Scored) -> bool:
     """Whether the server's logprob of the recorded token is within the reference dtype's allowance of the recorded
     one (a split at a near tie is then the question; otherwise the moved logprob is)."""
-    rounding = logprobs_epsilon({}) * abs(recorded.lse or 0.0)
-    return dtype_default(reference.dtype).close(recorded.logprob, got.logprob, rounding)
+    return Rule.against(reference).holds(recorded.logprob, got.logprob, lse=recorded.lse)
 
 
 def _regenerated(p: PromptTrace, generated: Generated, reference: GenerationTrace) -> PromptTrace:
