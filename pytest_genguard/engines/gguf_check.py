@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, Budget, FidelityReport, parse_budget
 from pytest_genguard.core.compare import compare
-from pytest_genguard.core.comparison import Comparison
+from pytest_genguard.core.comparison import Comparison, summary_line
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import EngineUnavailable, TraceFormatError
 from pytest_genguard.core.gate import (
@@ -185,13 +185,16 @@ class GGUFJudged:
     comparison: Comparison | None = None
     report: FidelityReport | None = None
     coverage_line: str = ""
+    probe: Comparison | None = None
+    """The long probe under the float32 rule (a budget's probe is in `report`)."""
 
     @property
     def status(self) -> str:
         """`core.gate.STATUS_EXIT`'s key: within, outside, unproven (a budget) or holds, regression (the rule)."""
         if self.report is not None:
             return self.report.status
-        return "holds" if self.comparison is not None and self.comparison.ok else "regression"
+        held = self.comparison is not None and self.comparison.ok and (self.probe is None or self.probe.ok)
+        return "holds" if held else "regression"
 
     @property
     def holds(self) -> bool:
@@ -203,6 +206,8 @@ class GGUFJudged:
         if self.report is not None:
             return Verdict.WITHIN_TOLERANCE if self.report.holds else Verdict.REGRESSION
         assert self.comparison is not None
+        if self.probe is not None and not self.probe.ok:
+            return Verdict.REGRESSION
         return self.comparison.verdict
 
     def said(self) -> str:
@@ -212,7 +217,12 @@ class GGUFJudged:
     def __str__(self) -> str:
         if self.report is not None:
             return f"{self.report}\n  {gate_line(self.report, in_process=WITH_MODEL)}"
-        return f"{self.comparison}" + (f"\n  {self.coverage_line}" if self.coverage_line else "")
+        lines = [str(self.comparison)] + ([f"  {self.coverage_line}"] if self.coverage_line else [])
+        if self.probe is not None:
+            said = "holds" if self.probe.ok else "REGRESSION"
+            first = summary_line(self.probe)
+            lines.append(f"  long probe {said} (float32 rule; the built-in long text through both sides): {first}")
+        return "\n".join(lines)
 
 
 WITH_MODEL = "pass the snapshot's model folder (--model DIR, --genguard-gguf-model DIR): exact over the full vocabulary"
@@ -237,6 +247,7 @@ class GGUFJudge:
     _logits: Any = None
     _probe: Any = None
     _weights: str | None = None
+    _probe_traces: Any = None
 
     @classmethod
     def open(
@@ -319,7 +330,8 @@ class GGUFJudge:
             candidate = self.llama.record_model(self.model, self.tokenizer, reference=reference, converted=self.path)
             args = (overrides or Overrides()).args()
             cmp = compare(reference, candidate, check_fingerprints=False, **args)
-            return GGUFJudged(why, candidate, comparison=cmp, coverage_line=self._coverage(reference))
+            probe = self._rule_probe(reference, overrides) if self.probe and self.model_dir is not None else None
+            return GGUFJudged(why, candidate, comparison=cmp, coverage_line=self._coverage(reference), probe=probe)
         from pytest_genguard.engines.base import forced_engine_logits
         from pytest_genguard.hf.fidelity import judged_logits
 
@@ -338,6 +350,21 @@ class GGUFJudge:
         if self.model_dir is not None and not exact:
             why += "; bounded by the snapshot's top-k: the --model folder's weights are not the snapshot's model's"
         return GGUFJudged(why, report=report)
+
+    def _rule_probe(self, reference: GenerationTrace, overrides: Overrides | None) -> Comparison:
+        """The long probe under the float32 rule: both sides' traces of the probe (read once), compared."""
+        if self._probe_traces is None:
+            from pytest_genguard.engines.base import engine_chunks
+            from pytest_genguard.hf.long_probe import model_chunks, probe_ids, probe_trace
+
+            ids = probe_ids(self.tokenizer, self.model.config)
+            env = reference.environment
+            self._probe_traces = (
+                probe_trace(model_chunks(self.model)(ids), ids, self.tokenizer, env),
+                probe_trace(engine_chunks(self.logits())(ids), ids, self.tokenizer, env),
+            )
+        expected, actual = self._probe_traces
+        return compare(expected, actual, check_fingerprints=False, **(overrides or Overrides()).args())
 
     def _coverage(self, reference: GenerationTrace) -> str:
         from pytest_genguard.hf.long_probe import window_and_context
