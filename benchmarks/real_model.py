@@ -64,12 +64,16 @@ def run(smoke: bool) -> list[Result]:
         bf16 = copy.deepcopy(model).to(torch.bfloat16)
         relative = alternate(
             lambda: gg.fidelity(bf16, tokenizer, trace, budget="bf16", reference_model=model, probe=False),
-            lambda: gg.fidelity(bf16, tokenizer, trace, budget=PRESETS["bf16"].calibrated(None), reference_model=model, probe=False),
+            lambda: gg.fidelity(
+                bf16, tokenizer, trace, budget=PRESETS["bf16"].calibrated(None), reference_model=model, probe=False
+            ),
             2 if smoke else 4,
         )
         stored = alternate(
             lambda: gg.fidelity(bf16, tokenizer, calibrated, budget="bf16", reference_model=model, probe=False),
-            lambda: gg.fidelity(bf16, tokenizer, trace, budget=PRESETS["bf16"].calibrated(None), reference_model=model, probe=False),
+            lambda: gg.fidelity(
+                bf16, tokenizer, trace, budget=PRESETS["bf16"].calibrated(None), reference_model=model, probe=False
+            ),
             2 if smoke else 4,
         )
         data = ROOT / "fixtures" / "real_model"

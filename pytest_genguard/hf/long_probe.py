@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.budget import CALIBRATED_METRICS, Budget, FidelityReport, calibration_key
 from pytest_genguard.core.fidelity import StepFidelity, aggregate
-from pytest_genguard.core.long_context import ProbeInfo
 from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.long_context import ProbeInfo
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
 from pytest_genguard.hf._generation import Float64LogSoftmax, inference
 from pytest_genguard.hf.fingerprint import weights_hash
