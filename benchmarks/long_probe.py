@@ -35,7 +35,6 @@ from pytest_genguard import calibrate, record
 from pytest_genguard.core.gate import STATUS_EXIT
 from pytest_genguard.engines import engine
 from pytest_genguard.engines.gguf_check import GGUFJudge
-from pytest_genguard.engines.llama_cpp import file_type
 from pytest_genguard.hf import long_probe
 from pytest_genguard.hf.smollm2 import smollm2_folder
 
@@ -43,6 +42,8 @@ SHORT = ["The history of", "We hold these", "Four score and"]
 
 
 def _judge(path: Path, model: Any, tokenizer: Any, folder: Path | None, probe: bool = True) -> GGUFJudge:
+    from pytest_genguard.engines.llama_cpp import file_type  # llama-cpp-python: with the GGUF rows only
+
     return GGUFJudge(path, "f16", file_type(path), model, tokenizer, engine("llama_cpp"), folder, probe)
 
 
@@ -58,7 +59,7 @@ def _row(name: str, path: Path, model: Any, tokenizer: Any, folder: Path, snapsh
     where = start.split("positions ")[1].split(":")[0] if start else "none"
     limit = exact.probe.budget.kld_mean if exact.probe.budget is not None else None
     return (
-        f"| {name} ({file_type(path)}) | {steps} | {m['kld_mean']:.2g}, {m['kld_p99']:.2g} ({exact.own_status}) | "
+        f"| {name} ({bounded.file_type}) | {steps} | {m['kld_mean']:.2g}, {m['kld_p99']:.2g} ({exact.own_status}) | "
         f"{b['kld_mean']:.2g}, {b['kld_p99']:.2g} | {p['kld_mean']:.2g}, {p['kld_p99']:.2g}, max {p['kld_max']:.2g} "
         f"(limit {limit:.2g}; starts {where}) | {exact.probe.status} | exit {STATUS_EXIT[exact.status]} | "
         f"exit {STATUS_EXIT[calibrated.status]} | exit {STATUS_EXIT[uncalibrated.status]} |"
@@ -84,11 +85,46 @@ def _cost(path: Path, model: Any, tokenizer: Any, folder: Path, snapshot: Any, p
     ]
 
 
+def torch_cost(pairs: int) -> list[str]:
+    """`fidelity(copy, reference_model=)` on SmolLM2 (its int8 reference copy, the engine tests' snapshot) with the
+    probe against without it: cold, then warm (alternating pairs)."""
+    from pytest_genguard import fidelity
+    from pytest_genguard.hf.reference_copies import reference_copy
+
+    folder = smollm2_folder()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    snapshot = record(model, tokenizer, PROMPTS, max_new_tokens=32, top_k=5, do_sample=False)
+    copy = reference_copy(model, "int8")
+
+    def with_probe() -> None:
+        fidelity(copy, tokenizer, snapshot, budget="int8", reference_model=model)
+
+    def without() -> None:
+        fidelity(copy, tokenizer, snapshot, budget="int8", reference_model=model, probe=False)
+
+    long_probe._KEPT.clear()
+    long_probe._CALIBRATIONS.clear()
+    cold, _ = timed(with_probe)
+    alone, _ = timed(without)
+    warm = alternate(with_probe, without, pairs)
+    return [
+        f"cold: {cold:.1f} s with the probe (its reference side and int8 calibration computed), {alone:.1f} s without",
+        f"warm: {warm.ratios.text('{:.2f}', '×')} (min / median / max of {pairs} pairs; "
+        f"{warm.a.median:.1f} s vs {warm.b.median:.1f} s)",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--torch-only", action="store_true", help="only fidelity()'s probe cost (no llama.cpp)")
     args = parser.parse_args()
     print("\n".join(machine()), f"\nload average before: {loadavg()}")
+    print("\nthe probe's cost in fidelity(int8 copy, reference_model=) on SmolLM2-135M-Instruct:")
+    print("\n".join(f"- {line}" for line in torch_cost(args.pairs)), flush=True)
+    if args.torch_only:
+        return
     work = Path(tempfile.mkdtemp())
     sides = []
     swa_folder = save_swa_model(work / "swa")
