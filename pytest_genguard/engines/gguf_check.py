@@ -355,12 +355,12 @@ class GGUFJudge:
         """The long probe under the float32 rule: both sides' traces of the probe (read once), compared."""
         if self._probe_traces is None:
             from pytest_genguard.engines.base import engine_chunks
-            from pytest_genguard.hf.long_probe import model_chunks, probe_ids, probe_trace
+            from pytest_genguard.hf.long_probe import probe_ids, probe_trace, reference_chunks
 
             ids = probe_ids(self.tokenizer, self.model.config)
             env = reference.environment
             self._probe_traces = (
-                probe_trace(model_chunks(self.model)(ids), ids, self.tokenizer, env),
+                probe_trace(iter(reference_chunks(self.model, ids)), ids, self.tokenizer, env),
                 probe_trace(engine_chunks(self.logits())(ids), ids, self.tokenizer, env),
             )
         expected, actual = self._probe_traces
