@@ -73,8 +73,7 @@ def _cost(path: Path, model: Any, tokenizer: Any, folder: Path, snapshot: Any, p
     def without() -> None:
         _judge(path, model, tokenizer, folder, probe=False).judge(snapshot)
 
-    long_probe._KEPT.clear()
-    long_probe._CALIBRATIONS.clear()
+    long_probe.forget()
     cold, _ = timed(with_probe)
     alone, _ = timed(without)
     warm = alternate(with_probe, without, pairs)
@@ -103,8 +102,7 @@ def torch_cost(pairs: int) -> list[str]:
     def without() -> None:
         fidelity(copy, tokenizer, snapshot, budget="int8", reference_model=model, probe=False)
 
-    long_probe._KEPT.clear()
-    long_probe._CALIBRATIONS.clear()
+    long_probe.forget()
     cold, _ = timed(with_probe)
     alone, _ = timed(without)
     warm = alternate(with_probe, without, pairs)

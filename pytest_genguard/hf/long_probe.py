@@ -41,6 +41,7 @@ __all__ = [
     "TEXT_NAME",
     "ProbeJudge",
     "ProbeLogits",
+    "forget",
     "model_chunks",
     "probe_calibration",
     "probe_ids",
@@ -133,6 +134,12 @@ def model_chunks(model: PreTrainedModel, chunk: int = CHUNK) -> ProbeLogits:
                 yield out.logits[0].float()
 
     return logits
+
+
+def forget() -> None:
+    """Drop every kept reference side and probe calibration (a benchmark's cold start)."""
+    _KEPT.clear()
+    _CALIBRATIONS.clear()
 
 
 def reference_chunks(model: PreTrainedModel, ids: Sequence[int]) -> list[torch.Tensor]:
