@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, Budget, FidelityReport, parse_budget
 from pytest_genguard.core.compare import compare
-from pytest_genguard.core.comparison import Comparison, summary_line
+from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import EngineUnavailable, TraceFormatError
 from pytest_genguard.core.gate import (
@@ -185,15 +185,16 @@ class GGUFJudged:
     comparison: Comparison | None = None
     report: FidelityReport | None = None
     coverage_line: str = ""
-    probe: Comparison | None = None
-    """The long probe under the float32 rule (a budget's probe is in `report`)."""
+    probe: FidelityReport | None = None
+    """The long probe of a file judged by the float32 rule, by `fp16` (`GGUFJudge._rule_probe`; a budget's probe is
+    in `report`)."""
 
     @property
     def status(self) -> str:
         """`core.gate.STATUS_EXIT`'s key: within, outside, unproven (a budget) or holds, regression (the rule)."""
         if self.report is not None:
             return self.report.status
-        held = self.comparison is not None and self.comparison.ok and (self.probe is None or self.probe.ok)
+        held = self.comparison is not None and self.comparison.ok and (self.probe is None or self.probe.holds)
         return "holds" if held else "regression"
 
     @property
@@ -206,7 +207,7 @@ class GGUFJudged:
         if self.report is not None:
             return Verdict.WITHIN_TOLERANCE if self.report.holds else Verdict.REGRESSION
         assert self.comparison is not None
-        if self.probe is not None and not self.probe.ok:
+        if self.probe is not None and not self.probe.holds:
             return Verdict.REGRESSION
         return self.comparison.verdict
 
@@ -219,9 +220,13 @@ class GGUFJudged:
             return f"{self.report}\n  {gate_line(self.report, in_process=WITH_MODEL)}"
         lines = [str(self.comparison)] + ([f"  {self.coverage_line}"] if self.coverage_line else [])
         if self.probe is not None:
-            said = "holds" if self.probe.ok else "REGRESSION"
-            first = summary_line(self.probe)
-            lines.append(f"  long probe {said} (float32 rule; the built-in long text through both sides): {first}")
+            m = self.probe.metrics
+            said = "within" if self.probe.holds else "OUTSIDE"
+            lines.append(
+                f"  long probe {said} fp16 (the float32 rule's allowance is a short path's rounding: over 2,048 "
+                f"positions llama.cpp's and torch's float32 sums drift past it): KLD mean {m['kld_mean']:.3g}, max "
+                f"{m['kld_max']:.3g}; {self.probe.budget}"
+            )
         return "\n".join(lines)
 
 
@@ -247,7 +252,6 @@ class GGUFJudge:
     _logits: Any = None
     _probe: Any = None
     _weights: str | None = None
-    _probe_traces: Any = None
 
     @classmethod
     def open(
@@ -330,7 +334,7 @@ class GGUFJudge:
             candidate = self.llama.record_model(self.model, self.tokenizer, reference=reference, converted=self.path)
             args = (overrides or Overrides()).args()
             cmp = compare(reference, candidate, check_fingerprints=False, **args)
-            probe = self._rule_probe(reference, overrides) if self.probe and self.model_dir is not None else None
+            probe = self._rule_probe() if self.probe and self.model_dir is not None else None
             return GGUFJudged(why, candidate, comparison=cmp, coverage_line=self._coverage(reference), probe=probe)
         from pytest_genguard.engines.base import forced_engine_logits
         from pytest_genguard.hf.fidelity import judged_logits
@@ -351,20 +355,12 @@ class GGUFJudge:
             why += "; bounded by the snapshot's top-k: the --model folder's weights are not the snapshot's model's"
         return GGUFJudged(why, report=report)
 
-    def _rule_probe(self, reference: GenerationTrace, overrides: Overrides | None) -> Comparison:
-        """The long probe under the float32 rule: both sides' traces of the probe (read once), compared."""
-        if self._probe_traces is None:
-            from pytest_genguard.engines.base import engine_chunks
-            from pytest_genguard.hf.long_probe import probe_ids, probe_trace, reference_chunks
-
-            ids = probe_ids(self.tokenizer, self.model.config)
-            env = reference.environment
-            self._probe_traces = (
-                probe_trace(iter(reference_chunks(self.model, ids)), ids, self.tokenizer, env),
-                probe_trace(engine_chunks(self.logits())(ids), ids, self.tokenizer, env),
-            )
-        expected, actual = self._probe_traces
-        return compare(expected, actual, check_fingerprints=False, **(overrides or Overrides()).args())
+    def _rule_probe(self) -> FidelityReport:
+        """The long probe of a file judged by the float32 rule, judged by `fp16` on the probe instead: the rule's
+        allowance is a short path's rounding, and llama.cpp's and torch's float32 sums drift past it over 2,048
+        positions with no bug (3.4e-5 in a logprob at position 401 on SmolLM2's F32 file, f32 KV cache)."""
+        report: FidelityReport = self._probe_judge()(PRESETS["fp16"])[0]
+        return report
 
     def _coverage(self, reference: GenerationTrace) -> str:
         from pytest_genguard.hf.long_probe import window_and_context

@@ -23,10 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.budget import CALIBRATED_METRICS, Budget, FidelityReport, calibration_key
 from pytest_genguard.core.fidelity import StepFidelity, aggregate
-from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.long_context import ProbeInfo
-from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
-from pytest_genguard.hf._generation import Float64LogSoftmax, inference
+from pytest_genguard.hf._generation import inference
 from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.full_vocabulary import exact_steps
 from pytest_genguard.hf.reference_copies import reference_copy
@@ -49,7 +47,6 @@ __all__ = [
     "probe_length",
     "probe_steps",
     "probe_text",
-    "probe_trace",
     "reference_chunks",
     "window_and_context",
 ]
@@ -220,35 +217,3 @@ def probe_judge(
         return FidelityReport(read[0], limits, prompts=(TEXT_NAME,)), info
 
     return judge
-
-
-PROBE_SETTINGS: dict[str, JSONScalar] = {"mode": "teacher forced", "do_sample": False, "record_top_k": 5}
-"""The probe traces' settings: the same on both sides (the text is given, no processor runs)."""
-
-
-def probe_trace(side: Iterator[torch.Tensor], ids: Sequence[int], tokenizer: Any, environment: Any) -> GenerationTrace:
-    """The probe as a trace of one prompt (its first token) and a step per later position, from one side's chunks:
-    what the float32 rule compares (raw logprobs in float64, the top-5, the raw logit as the score, the lse)."""
-    import torch
-
-    steps: list[Step] = []
-    offset = 0
-    for chunk in side:
-        predicted = list(ids[offset + 1 : offset + 1 + chunk.shape[0]])
-        n = len(predicted)
-        if n:
-            raw = Float64LogSoftmax.of(chunk[:n], 5)
-            index = torch.tensor(predicted, dtype=torch.long).unsqueeze(-1)
-            logprob = raw.at(index).tolist()
-            score = chunk[:n].float().gather(-1, index).squeeze(-1).tolist()
-            values, top = raw.top()
-            lse = raw.lse.float().tolist()
-            for t, token in enumerate(predicted):
-                steps.append(
-                    Step(token, "", logprob[t], score[t], tuple(top[t].tolist()), tuple(values[t].tolist()), lse=lse[t])
-                )
-        offset += chunk.shape[0]
-    prompt = PromptTrace(
-        prompt=TEXT_NAME, prompt_ids=(int(ids[0]),), steps=tuple(steps), finish_reason="length", from_ids=True
-    )
-    return GenerationTrace(prompts=(prompt,), settings=dict(PROBE_SETTINGS), environment=dict(environment))

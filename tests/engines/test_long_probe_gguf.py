@@ -139,17 +139,20 @@ def test_smollm2s_rope_base_edit_is_outside_at_long_context_and_its_correct_q8_0
     assert report.status == "outside"
 
 
-def test_an_f32_file_with_an_f32_cache_holds_the_float32_rule_on_the_long_probe_too(
+def test_an_f32_file_with_an_f32_cache_holds_the_float32_rule_and_its_long_probe_fp16(
     hf: tuple[Any, Any], folder: Path, reference: Any, f32_gguf: Path, tmp_path: Path, genguard_engine: Any
 ) -> None:
+    # The float32 rule's allowance is a short path's rounding: over the probe's 2,048 positions llama.cpp's and
+    # torch's float32 sums drift past it with no bug (3.4e-5 in a logprob at position 401), so the probe of an F32
+    # file is judged by fp16 (on the probe), which a rope edit still breaks.
     from pytest_genguard.engines.gguf_check import GGUFJudge
 
     model, tokenizer = hf
     llama = genguard_engine("llama_cpp", kv_cache="f32")
     judged = GGUFJudge(f32_gguf, "f32", "F32", model, tokenizer, llama, folder).judge(reference)
-    assert judged.report is None and judged.probe is not None  # the float32 rule, on the snapshot and the probe
+    assert judged.report is None and judged.probe is not None and judged.probe.budget is not None
     assert judged.status == "holds", str(judged)
-    assert "long probe holds (float32 rule" in str(judged)
+    assert "long probe within fp16" in str(judged)
     bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "200000")
     broken = GGUFJudge(bad, "f32", "F32", model, tokenizer, llama, folder).judge(reference)
-    assert broken.probe is not None and not broken.probe.ok and broken.status == "regression", str(broken)
+    assert broken.probe is not None and not broken.probe.holds and broken.status == "regression", str(broken)
