@@ -67,12 +67,13 @@ def test_without_the_extra_it_names_the_install_command(
 def test_the_f32_file_holds_and_the_eps_bug_regresses(
     snapshot: Path, folder: Path, f32_gguf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, str(f32_gguf), str(snapshot), "--kv-cache", "f32", "--model", str(folder))
+    model = ("--model", str(folder), "--no-long-probe")  # the F32 probe: test_long_probe_gguf.py
+    code, out, _ = run(capsys, str(f32_gguf), str(snapshot), "--kv-cache", "f32", *model)
     assert code == 0, out
     assert "judged by float32 rule: an F32 file with an f32 KV cache computes in float32\n" in out
     assert "(F32, KV cache f32): holds (float32 rule)" in out
     bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.attention.layer_norm_rms_epsilon", "1e-4")
-    code, out, _ = run(capsys, str(bad), str(snapshot), "--kv-cache", "f32", "--model", str(folder))
+    code, out, _ = run(capsys, str(bad), str(snapshot), "--kv-cache", "f32", *model)
     assert code == 1, out  # a regression outranks the stale metadata it also names
     assert "stale: metadata: llama.attention.layer_norm_rms_epsilon" in out
     assert "REGRESSION (float32 rule)" in out
