@@ -63,7 +63,8 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "check-gguf": Subcommand(
         "pytest_genguard.cli.check_gguf",
-        "judge a GGUF file through llama.cpp against snapshots (exit 0 hold, 1 regression, 2 bad input, 3 stale)",
+        "judge a GGUF file through llama.cpp against snapshots (exit 0 within, 1 outside, 2 bad input, 3 stale, 4 "
+        "unproven)",
     ),
     "report": Subcommand("pytest_genguard.cli.report", "render every trace under a folder into one HTML file"),
 }

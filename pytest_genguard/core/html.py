@@ -310,7 +310,7 @@ class Page:
     def fidelity(self, reference: GenerationTrace, candidate: GenerationTrace) -> str:
         """A fidelity judgement (``@pytest.mark.genguard(fidelity=...)``): per prompt, each step's KLD lower bound
         to the reference, Δp and whether the top-1 agrees (`core.fidelity.trace_fidelity`)."""
-        steps, _ = trace_fidelity(reference, candidate)
+        steps, _, _ = trace_fidelity(reference, candidate)
         texts = _texts(reference, candidate)
         parts = ['<p class="muted key">KLD ≥: KL(reference ‖ candidate), a lower bound from the recorded top-k</p>']
         for i, p in enumerate(reference.prompts):

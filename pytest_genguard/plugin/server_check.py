@@ -4,8 +4,9 @@ trace, without editing the tests (``assert trace == genguard_snapshot`` and ``ge
 After the test's own check holds, the stored snapshot's prompts are teacher forced through the server
 (`pytest_genguard.serving`) and judged as the test judges in process: by the comparison rule under the test's
 tolerances (its ``genguard`` marker on the ini options, `settings.tolerance_overrides`), or, under
-``@pytest.mark.genguard(fidelity=...)``, by that budget (`fidelity_marker.marker_budget`; it holds as in process,
-and the event says whether on lower bounds only). A regression, a budget broken, a stale server (another tokenizer)
+``@pytest.mark.genguard(fidelity=...)``, by that budget (`fidelity_marker.marker_budget`), through the one gate of
+`core.gate`: within (proven) passes; outside, and unproven (within on lower bounds only, which proves nothing: the
+failure names how to prove it), fail the assertion. A regression, a budget broken, a stale server (another tokenizer)
 or a server that cannot answer fails the assertion with the server's explanation. The outcome is a ``snapshot``
 event with ``via: "server"``. Recorder histories are not judged (a server serves one model, not a training run).
 """
@@ -20,7 +21,7 @@ from pytest_genguard.core import events
 from pytest_genguard.core.budget import Budget
 from pytest_genguard.core.errors import ServerError
 from pytest_genguard.core.events import CheckEvent
-from pytest_genguard.core.gate import gate_line
+from pytest_genguard.core.gate import UNPROVEN, gate_line
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Status, Verdict
@@ -45,7 +46,7 @@ def judge_stored(
     current = settings(config)
     if current.server is None:
         return None
-    from pytest_genguard.serving.check import judge, worst_share  # the HTTP side loads with the option only
+    from pytest_genguard.serving.check import ON_A_SERVER, judge, worst_share  # the HTTP side: with the option only
     from pytest_genguard.serving.http import Endpoint
 
     server = f"--genguard-server {current.server}"
@@ -69,14 +70,16 @@ def judge_stored(
     comparison = judged.comparison
     if judged.report is not None:
         report = judged.report
-        head = f"genguard snapshot {name!r} ({source}) on the server ({server}): {judged.verdict}"
-        lines = [head, *str(report).splitlines(), f"  {gate_line(report)}"]
-        if report.holds:
+        said = UNPROVEN if report.status == "unproven" else str(judged.verdict)
+        head = f"genguard snapshot {name!r} ({source}) on the server ({server}): {said}"
+        lines = [head, *str(report).splitlines(), f"  {gate_line(report, in_process=ON_A_SERVER)}"]
+        if report.status == "within":
             _emit(judged.verdict, lines, name, failure=False)
             return None
-        lines.append(
-            "  if the server is meant to be this far, loosen the budget (@pytest.mark.genguard(fidelity={...}))"
-        )
+        if report.status == "outside":
+            lines.append(
+                "  if the server is meant to be this far, loosen the budget (@pytest.mark.genguard(fidelity={...}))"
+            )  # unproven: the gate line above names how to prove it (a bound that proves nothing is no pass)
         _emit(judged.verdict, lines, name, failure=True, expected=stored, actual=comparison.actual.to_json())
         return lines
     share, where = worst_share(comparison)

@@ -84,6 +84,7 @@ def record_server(
     mapping: ServerMapping | None = None,
     info: ServerInfo | None = None,
     logprobs: int | None = None,
+    every_step: bool = False,
 ) -> ServerRun:
     """The trace the server at `endpoint` gives for `reference`'s prompts, to compare with `reference`.
 
@@ -91,7 +92,9 @@ def record_server(
     server does not report it (default: inferred from the logprobs). `mapping` is the server's API (default: the one
     it answers to, `servers.mapping_for`); `info` reuses an earlier probe. `logprobs` is
     how many logprobs to ask for per step (default: the snapshot's top-k; more tightens a fidelity bound, and
-    `at_top_k` cuts the trace back for the comparison rule). Raises `ServerError` when the server cannot answer as
+    `at_top_k` cuts the trace back for the comparison rule). `every_step`: a teacher-forced path is scored at every
+    step (a fidelity budget's judgement: a flip counts, it does not end the path), not ended where the server prefers
+    another greedy token (the comparison rule's explanation). Raises `ServerError` when the server cannot answer as
     asked and `ServerStale` when its tokenizer differs.
     """
     if mode not in MODES:
@@ -128,7 +131,7 @@ def record_server(
             assert mapping.score is not None
             path = [s.token_id for s in p.steps]
             scored = mapping.score(endpoint, info, [*p.prompt_ids, *path], len(p.prompt_ids), k) if path else []
-            prompts.append(_forced(p, scored, greedy, reference))
+            prompts.append(_forced(p, scored, greedy and not every_step, reference))
         else:
             generated = mapping.generate(endpoint, info, p.prompt_ids, max(len(p.steps), 1), k)
             prompts.append(_regenerated(p, generated, reference))

@@ -106,6 +106,7 @@ def test_docs_cli_lists_the_exit_codes_the_commands_return() -> None:
     assert exit_codes(CLI_DOC, "check-server") == serving
     assert exit_codes(CLI_DOC, "bisect") == {*EXIT_CODES.values(), cli.EXIT_USAGE}
     assert exit_codes(CLI_DOC, "diff") == {cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE}
-    assert exit_codes(CLI_DOC, "fidelity") == {*gate.STATUS_EXIT.values(), cli.EXIT_USAGE}
+    assert exit_codes(CLI_DOC, "fidelity") == {gate.EXIT_WITHIN, gate.EXIT_OUTSIDE, gate.EXIT_UNPROVEN, cli.EXIT_USAGE}
+    assert exit_codes(CLI_DOC, "check-gguf") == {*gate.STATUS_EXIT.values(), gate.EXIT_USAGE}  # the whole gate
     for command in ("show", "report"):
         assert exit_codes(CLI_DOC, command) == {cli.EXIT_OK, cli.EXIT_USAGE}
