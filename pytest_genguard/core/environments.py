@@ -17,6 +17,7 @@ __all__ = [
     "NOT_NUMERIC_FIELDS",
     "SCORES_FIELD",
     "EnvironmentDiff",
+    "device_class",
     "environment_class",
     "environment_diff",
     "environment_differences",
@@ -75,14 +76,21 @@ def scores_epsilon(fields: Mapping[str, JSONScalar]) -> float:
     return _epsilon(fields, SCORES_FIELD)
 
 
-def environment_class(fields: Mapping[str, JSONScalar] | Any) -> str:
-    """A short key for environment-keyed baselines: 'cpu-float32', 'cuda-sm90-bfloat16' (device type, GPU
-    capability on CUDA, dtype; float32 when the dtype is unknown)."""
-    dtype = fields.get("dtype") or "float32"
+def device_class(fields: Mapping[str, JSONScalar] | Any) -> str:
+    """An environment class without its dtype: 'cpu'; on CUDA the toolkit torch was built for and the GPU capability,
+    'cuda12.6-sm90' (cuBLAS's results are reproducible only for one toolkit on one GPU: a CUDA 13 build of torch does
+    not give a CUDA 12.6 build's logits), 'cuda-sm90' where the trace does not say its toolkit."""
     if fields.get("device_type") == "cuda":
         cap = str(fields.get("gpu_capability") or "").replace(".", "")
-        return f"cuda-sm{cap}-{dtype}"
-    return f"{fields.get('device_type') or 'cpu'}-{dtype}"
+        toolkit = fields.get("cuda")
+        return f"cuda{toolkit if isinstance(toolkit, str) and toolkit[:1].isdigit() else ''}-sm{cap}"
+    return str(fields.get("device_type") or "cpu")
+
+
+def environment_class(fields: Mapping[str, JSONScalar] | Any) -> str:
+    """A short key for environment-keyed baselines: 'cpu-float32', 'cuda12.6-sm90-bfloat16' (`device_class`, then
+    the dtype; float32 when the dtype is unknown)."""
+    return f"{device_class(fields)}-{fields.get('dtype') or 'float32'}"
 
 
 # Fields that cannot change what a kernel computes: the interpreter, and which of several identical GPUs ran it

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_genguard.core.environments import device_class
 from pytest_genguard.hf.environment import cuda_unavailable_reason
 from pytest_genguard.plugin.settings import settings, worker_index
 
@@ -87,7 +88,8 @@ class GpuSetup:
 
     @property
     def environment_class_prefix(self) -> str:
-        return f"cuda-sm{self.capability.replace('.', '')}"
+        """The environment class of this run's traces without its dtype (`core.environments.device_class`)."""
+        return device_class({"device_type": "cuda", "gpu_capability": self.capability, "cuda": self.cuda_version})
 
 
 def setup_determinism(torch_mod: Any, environ: MutableMapping[str, str] | None = None) -> Determinism:

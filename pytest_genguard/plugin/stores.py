@@ -3,13 +3,13 @@
 - `SharedStore`: the snapshot in ``__snapshots__/<test module>/<name>.genguard``, read and written through syrupy
   (which also counts the assertion and deletes unused files on ``--snapshot-update``).
 - `BaselineStore` (``--genguard-baselines per-env``): a trace is compared with the baseline of its environment class
-  (``cpu-float32``, ``cuda-sm90-bfloat16``), kept in ``<test dir>/__genguard_baselines__/<class>/<test
+  (``cpu-float32``, ``cuda12.6-sm90-bfloat16``), kept in ``<test dir>/__genguard_baselines__/<class>/<test
   module>/<name>.genguard``, outside ``__snapshots__`` because syrupy deletes the files there that no assertion
   claims. When the class has no baseline yet, the nearest one is used (`pick_baseline`: same device type and dtype
-  with the nearest GPU capability, then the same dtype), else the shared snapshot; writes go only to this class's
-  own baseline, never to the fallback. Each file belongs to one test, which pytest-xdist runs in one worker, so an
-  atomic write suffices, with no lock. syrupy keeps tracking the shared snapshot read-only, so a shared file stays
-  "used": it counts the assertion as passed or failed, never as written.
+  with the nearest GPU capability and the same CUDA toolkit, then the same dtype), else the shared snapshot; writes
+  go only to this class's own baseline, never to the fallback. Each file belongs to one test, which pytest-xdist
+  runs in one worker, so an atomic write suffices, with no lock. syrupy keeps tracking the shared snapshot
+  read-only, so a shared file stays "used": it counts the assertion as passed or failed, never as written.
 
 The fixture (`snapshot_fixture.GenguardSnapshot`) decides, through one path for both, whether to write.
 """
@@ -54,23 +54,35 @@ directory that no extension of the run claims as an unused snapshot and deletes 
 
 # ------------------------------------------------------------------------------------------------------ locations
 
-_CLASS_RE = re.compile(r"^(?P<device>[a-z][a-z0-9_]*)(?:-sm(?P<sm>[0-9]+))?-(?P<dtype>[a-z][a-z0-9]*)$")
+_CLASS_RE = re.compile(
+    r"^(?P<device>[a-z][a-z_]*)(?P<toolkit>[0-9]+(?:\.[0-9]+)*)?(?:-sm(?P<sm>[0-9]+))?-(?P<dtype>[a-z][a-z0-9]*)$"
+)
 
 
-def _parse_class(name: str) -> tuple[str, int | None, str] | None:
+@dataclass(frozen=True)
+class _Class:
+    """An environment class's parts (`core.environments.environment_class`): 'cuda12.6-sm90-bfloat16'."""
+
+    device: str
+    toolkit: str | None
+    sm: int | None
+    dtype: str
+
+
+def _parse_class(name: str) -> _Class | None:
     match = _CLASS_RE.match(name)
     if match is None:
         return None
     sm = match.group("sm")
-    return match.group("device"), int(sm) if sm else None, match.group("dtype")
+    return _Class(match.group("device"), match.group("toolkit"), int(sm) if sm else None, match.group("dtype"))
 
 
 def pick_baseline(env_class: str, available: Iterable[str]) -> str | None:
     """The baseline to compare an `env_class` trace with, from the environment classes that have one; None = shared.
 
     Nearest first: the same class; else the same device type and dtype (on CUDA the nearest compute capability,
-    the higher one on a tie); else the same dtype on any device (alphabetical); else None, the shared snapshot.
-    Names that are not environment classes are ignored.
+    the higher one on a tie, then the same CUDA toolkit); else the same dtype on any device (alphabetical); else
+    None, the shared snapshot. Names that are not environment classes are ignored.
     """
     own = _parse_class(env_class)
     if own is None:
@@ -78,11 +90,15 @@ def pick_baseline(env_class: str, available: Iterable[str]) -> str | None:
     parsed = {name: p for name in set(available) if (p := _parse_class(name)) is not None}
     if env_class in parsed:
         return env_class
-    device, sm, dtype = own
-    same_device = [n for n, (d, s, t) in parsed.items() if d == device and t == dtype]
+    same_device = [n for n, c in parsed.items() if c.device == own.device and c.dtype == own.dtype]
     if same_device:
-        return min(same_device, key=lambda n: (abs((parsed[n][1] or 0) - (sm or 0)), -(parsed[n][1] or 0), n))
-    same_dtype = sorted(n for n, (_, _, t) in parsed.items() if t == dtype)
+
+        def distance(name: str) -> tuple[int, int, bool, str]:
+            c = parsed[name]
+            return abs((c.sm or 0) - (own.sm or 0)), -(c.sm or 0), c.toolkit != own.toolkit, name
+
+        return min(same_device, key=distance)
+    same_dtype = sorted(n for n, c in parsed.items() if c.dtype == own.dtype)
     return same_dtype[0] if same_dtype else None
 
 

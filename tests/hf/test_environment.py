@@ -82,7 +82,7 @@ def test_the_cuda_branch_reads_versions_gpu_and_flags_through_the_torch_module(
         "tf32_cudnn": True,
         "cublas_workspace_config": ":4096:8",
     }
-    assert environment_class({**env, "dtype": "bfloat16"}) == "cuda-sm80-bfloat16"
+    assert environment_class({**env, "dtype": "bfloat16"}) == f"cuda{env['cuda']}-sm80-bfloat16"
 
 
 def test_the_cuda_branch_uses_the_current_device_when_none_is_named() -> None:
@@ -100,11 +100,21 @@ def test_the_cuda_branch_uses_the_current_device_when_none_is_named() -> None:
         ({"device_type": "cpu", "dtype": "bfloat16"}, "cpu-bfloat16"),
         ({"device_type": "cuda", "gpu_capability": "9.0", "dtype": "bfloat16"}, "cuda-sm90-bfloat16"),
         ({"device_type": "cuda", "gpu_capability": "8.6", "dtype": "float16"}, "cuda-sm86-float16"),
+        # The toolkit torch was built for: a CUDA 13 build's cuBLAS does not give a CUDA 12.6 build's logits.
+        (
+            {"device_type": "cuda", "gpu_capability": "9.0", "cuda": "12.6", "dtype": "bfloat16"},
+            "cuda12.6-sm90-bfloat16",
+        ),
+        (
+            {"device_type": "cuda", "gpu_capability": "9.0", "cuda": "13.0", "dtype": "bfloat16"},
+            "cuda13.0-sm90-bfloat16",
+        ),
+        ({"device_type": "cuda", "gpu_capability": "9.0", "cuda": "None", "dtype": "float32"}, "cuda-sm90-float32"),
         ({"device_type": "cpu"}, "cpu-float32"),
         ({}, "cpu-float32"),
     ],
 )
-def test_environment_class_is_device_type_capability_and_dtype(fields: dict[str, Any], expected: str) -> None:
+def test_environment_class_is_device_type_toolkit_capability_and_dtype(fields: dict[str, Any], expected: str) -> None:
     assert environment_class(fields) == expected
 
 

@@ -32,6 +32,12 @@ from pytest_genguard.plugin.stores import available_baselines, per_env_location,
         ("cpu-float16", ["cuda-sm80-float16", "cuda-sm90-float16"], "cuda-sm80-float16"),  # alphabetical
         ("cpu-bfloat16", ["cpu-float32", "cuda-sm90-float32"], None),  # nothing near: the shared snapshot
         ("cpu-float32", [], None),
+        # the CUDA toolkit: the same GPU's baseline of the same toolkit first, then another toolkit's, then a
+        # baseline recorded before the toolkit was part of the class
+        ("cuda13.0-sm90-bfloat16", ["cuda12.6-sm90-bfloat16", "cuda13.0-sm90-bfloat16"], "cuda13.0-sm90-bfloat16"),
+        ("cuda13.0-sm90-bfloat16", ["cuda12.6-sm90-bfloat16", "cuda13.0-sm80-bfloat16"], "cuda12.6-sm90-bfloat16"),
+        ("cuda13.0-sm90-bfloat16", ["cuda12.6-sm89-bfloat16", "cuda13.0-sm89-bfloat16"], "cuda13.0-sm89-bfloat16"),
+        ("cuda13.0-sm90-bfloat16", ["cuda-sm90-bfloat16", "cpu-bfloat16"], "cuda-sm90-bfloat16"),
         ("cpu-float32", ["notes", "cpu_float32", "README.md", "cpu-float32-old"], None),  # not environment classes
     ],
 )
@@ -52,8 +58,14 @@ DTYPES = st.sampled_from(["float32", "bfloat16", "float16"])
 def env_classes(draw: st.DrawFn) -> str:
     device, dtype = draw(DEVICES), draw(DTYPES)
     if device == "cuda":
-        return f"cuda-sm{draw(st.sampled_from([70, 75, 80, 86, 89, 90, 100]))}-{dtype}"
+        toolkit = draw(st.sampled_from(["", "12.6", "13.0"]))
+        return f"cuda{toolkit}-sm{draw(st.sampled_from([70, 75, 80, 86, 89, 90, 100]))}-{dtype}"
     return f"{device}-{dtype}"
+
+
+def _device_type(env_class: str) -> str:
+    """'cuda' of 'cuda12.6-sm90-bfloat16': the device type without the CUDA toolkit."""
+    return env_class.split("-", 1)[0].rstrip("0123456789.")
 
 
 @given(env_classes(), st.lists(env_classes(), max_size=8))
@@ -69,13 +81,17 @@ def test_a_picked_baseline_is_available_shares_the_dtype_and_is_never_farther_th
     assert picked in available and picked.endswith(f"-{dtype}")
     if env_class in available:
         assert picked == env_class
-    device = env_class.split("-", 1)[0]
-    rivals = [a for a in same_dtype if a.split("-", 1)[0] == device]
+    device = _device_type(env_class)
+    rivals = [a for a in same_dtype if _device_type(a) == device]
     if rivals:
-        assert picked.split("-", 1)[0] == device
+        assert _device_type(picked) == device
     if device == "cuda" and rivals:
         distance = [abs(int(a.split("-")[1][2:]) - int(env_class.split("-")[1][2:])) for a in (picked, *rivals)]
         assert distance[0] == min(distance)
+        same_gpu = [a for a in rivals if a.split("-")[1] == picked.split("-")[1]]
+        toolkit = env_class.split("-", 1)[0]
+        if any(a.split("-", 1)[0] == toolkit for a in same_gpu):  # the same GPU: the same toolkit first
+            assert picked.split("-", 1)[0] == toolkit
     assert pick_baseline(env_class, list(reversed(available))) == picked  # order of listing does not matter
 
 

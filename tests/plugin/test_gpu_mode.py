@@ -137,7 +137,7 @@ def test_the_header_shows_device_versions_flags_and_the_worker_mapping() -> None
         "genguard: deterministic mode: use_deterministic_algorithms=True, CUBLAS_WORKSPACE_CONFIG=:4096:8 (set by "
         "genguard), cudnn.deterministic=True, cudnn.benchmark=False, TF32 matmul=False cudnn=False"
     )
-    assert "environment class cuda-sm90-<dtype>" in lines[2]
+    assert "environment class cuda12.6-sm90-<dtype>" in lines[2]
     assert lines[3] == "genguard: xdist workers use cuda:(worker index mod 2)"
 
 
