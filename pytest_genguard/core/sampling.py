@@ -66,10 +66,14 @@ DISTRIBUTION_NEUTRAL = frozenset(
         "seed",
         "length_penalty",
         "early_stopping",
+        "stop_strings",
+        "max_time",
+        "cache_implementation",
         CHAT_SETTING,
     }
 )
-"""Settings that never change what a step samples from (how long, how it was recorded, how the prompts were made)."""
+"""Settings that never change what a step samples from (how long, when to stop, how it was recorded, how the prompts
+were made); any other setting outside the mapped ones leaves the sampler unjudged (`SamplerSettings.unmapped`)."""
 
 _MAPPED = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repetition_penalty")
 _TRANSFORMERS_TOP_K = 50  # generate()'s default top-k when a sampling config sets none (the trace stores None)

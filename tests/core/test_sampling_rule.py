@@ -240,3 +240,17 @@ def test_a_damaged_support_names_the_file_and_the_step(edit: str, message: str) 
         TraceFormatError, match=r"snap\.genguard: prompts\[0\]\.steps\[0\].*" + message.replace("[", r"\[")
     ):
         GenerationTrace.from_json(text[:start] + edit + text[end:], source="snap.genguard")
+
+
+def test_a_sampled_steps_support_costs_at_most_120_bytes_on_its_line() -> None:
+    # The trace size budget is the greedy one's (tests/core/test_trace_json.py: 100 steps of top-5 in 25 KB): a
+    # sampled step adds its best score and its support, not the whole support (2,584 ids and probabilities at
+    # temperature 1.5 and top-p 0.9 on SmolLM2-135M). The widest support line: a five-digit count, a range, five
+    # 9-digit probabilities.
+    probs = tuple(float32(v) for v in (0.123456789, 0.0987654321, 0.0876543219, 0.0765432198, 0.0654321987))
+    plain = Step(5, " a", -0.5, -0.25, (50001, 50002, 50003, 50004, 50005), (-0.5, -1.5, -2.5, -3.5, -4.5))
+    sampled = Step(**{**plain.__dict__, "support": Support(25840, probs, 25700, 25990)})
+    width = len(GenerationTrace(prompts=(PromptTrace("p", (1,), (sampled,), "length"),)).to_json())
+    base = len(GenerationTrace(prompts=(PromptTrace("p", (1,), (plain,), "length"),)).to_json())
+    print(f"support: {width - base} bytes per step")
+    assert width - base <= 120
