@@ -131,7 +131,7 @@ def judge(
             check_tokenizer(endpoint, server.info, server.mapping, reference)
         except ServerStale as exc:
             return Judged(label, None, None, stale=str(exc))
-        tol = _sampler_tolerances(reference, server.info.dtype, overrides)
+        tol = _sampler_tolerances(reference, server.info.dtype, overrides, budget)
         return Judged(label, None, None, sampler=judge_sampler(server, reference, align=align_sampler, tolerances=tol))
     try:
         run = record_server(endpoint, reference, model=model, dtype=dtype, mode=mode, server=server, logprobs=logprobs)
@@ -150,15 +150,24 @@ def judge(
         report = traces_report(reference, run.trace, budget)
     sampler = None
     if sampled and cmp.verdict is not Verdict.STALE:
-        tol = _sampler_tolerances(reference, run.dtype, overrides)
+        tol = _sampler_tolerances(reference, run.dtype, overrides, budget)
         sampler = judge_sampler(server, reference, align=align_sampler, tolerances=tol)
     return Judged(label, run, cmp, report=report, sampler=sampler)
 
 
-def _sampler_tolerances(reference: GenerationTrace, served: str | None, overrides: Overrides) -> Tolerances:
-    """The sampler rule's allowance: the snapshot's dtype default (the served dtype's where it is looser), with the
-    test's overrides."""
-    return overrides.on(dtype_default(reference.dtype).loosest(dtype_default(served or reference.dtype)))
+_BUDGET_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+"""A cast's budget judges the sampler by that dtype's float rule (a server whose logits are rounded so: llama-server's
+f16 KV cache); other budgets leave it at the snapshot's (or the served) dtype."""
+
+
+def _sampler_tolerances(
+    reference: GenerationTrace, served: str | None, overrides: Overrides, budget: Budget | None = None
+) -> Tolerances:
+    """The sampler rule's allowance: the snapshot's dtype default, the served dtype's or a cast budget's where looser,
+    with the test's overrides."""
+    tol = dtype_default(reference.dtype).loosest(dtype_default(served or reference.dtype))
+    cast = _BUDGET_DTYPES.get(budget.precision or "") if budget is not None else None
+    return overrides.on(tol.loosest(dtype_default(cast)) if cast else tol)
 
 
 def worst_share(cmp: Comparison) -> tuple[float, str]:

@@ -100,6 +100,25 @@ def test_a_penalty_beyond_llamas_window_is_outside_and_named_and_the_whole_windo
         assert check(r.url, near)[0] == 0
 
 
+def test_logits_that_moved_are_outside_with_no_cause_and_a_cast_budget_judges_them_at_its_dtype() -> None:
+    # A server whose logits move by up to 2e-3 (an f16 KV cache's size): no alignment makes it within, so no cause is
+    # named; --budget fp16 judges its sampler by float16's rule (the raw values by the budget).
+    from pytest_genguard.core.budget import PRESETS
+
+    trace = snapshot(PROMPTS, T15_P09)
+    with serving(fake_llama_server(noise=2e-3)) as r:
+        code, text = check(r.url, trace, align_sampler=True)
+        assert code == 1, text
+        assert "cause unknown: no alignment genguard knows for this server makes the step within" in text
+        code, text = check(r.url, trace, align_sampler=True, budget=PRESETS["fp16"])
+        assert code == 0, text
+        assert "sampler within" in text
+        # negative control: twenty times that is outside float16's rule too
+    with serving(fake_llama_server(noise=4e-2)) as r:
+        code, text = check(r.url, trace, align_sampler=True, budget=PRESETS["fp16"])
+    assert code == 1, text
+
+
 def test_the_request_maps_values_only() -> None:
     body = distribution_request([1, 2], {"temperature": 0.7}, 9)
     assert body == {

@@ -131,10 +131,11 @@ def snapshot(prompts: Sequence[Sequence[int]], settings: dict[str, Any], steps: 
     )
 
 
-def fake_llama_server(sampler_of: Any = None) -> Any:
+def fake_llama_server(noise: float = 0.0) -> Any:
     """A `replay_server.Replay` that answers as llama-server does, its sampler being `chain` over `logits_for`: the
     request's ``samplers`` order (default: llama.cpp's, temperature last) and its ``repeat_last_n`` window (default
-    64). Every request is logged in ``.requests``."""
+    64); `noise` moves each logit by that much at most (a server whose logits are rounded otherwise: an f16 KV cache).
+    Every request is logged in ``.requests``."""
     from replay_server import Replay, Reply
 
     r = Replay()
@@ -154,7 +155,9 @@ def fake_llama_server(sampler_of: Any = None) -> Any:
             repetition_penalty=body["repeat_penalty"],
         )
         order = tuple(body.get("samplers", LLAMA_DEFAULT))
-        probs = chain(logits_for(ids), sampler, ids, order=order, window=body.get("repeat_last_n", 64))
+        rng = random.Random(len(ids))
+        logits = [v + noise * rng.uniform(-1.0, 1.0) for v in logits_for(ids)]
+        probs = chain(logits, sampler, ids, order=order, window=body.get("repeat_last_n", 64))
         ranked = sorted(((i, p) for i, p in enumerate(probs) if p > 0), key=lambda e: -e[1])[: body["n_probs"]]
         top = [{"id": i, "token": f"t{i}", "prob": p} for i, p in ranked]
         entry = {"id": ranked[0][0], "token": f"t{ranked[0][0]}", "prob": ranked[0][1], "top_probs": top}
