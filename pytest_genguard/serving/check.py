@@ -347,6 +347,11 @@ def check_traces(
         out.write(f"wrote {len(written)} server traces under {opts.write_trace}\n")
     if opts.load:
         for label, trace in traces:
+            if server.mapping.score is None and SamplerSettings.of(trace.settings) is not None:
+                out.write(
+                    f"load {label}: not measured: {info.engine} replays no sampled path (it cannot teacher force)\n"
+                )
+                continue
             _, variance = batch_variance(
                 endpoint,
                 trace,

@@ -69,6 +69,13 @@ def test_llamas_default_order_is_outside_and_named_and_the_aligned_request_is_wi
     assert all(body["samplers"] == list(TRANSFORMERS_ORDER) for body in completions(r)[-6:])
 
 
+def test_load_says_a_sampled_snapshot_is_not_replayed_where_the_server_cannot_teacher_force() -> None:
+    with serving(fake_llama_server()) as r:
+        code, text = check(r.url, snapshot(PROMPTS, T15_P09), align_sampler=True, load=True)
+    assert code == 0, text
+    assert "load sampled.genguard: not measured: llama.cpp replays no sampled path (it cannot teacher force)" in text
+
+
 def test_settings_the_order_does_not_change_hold_without_aligning() -> None:
     # negative control of the cause: top-k commutes with the temperature, so the default order is within
     trace = snapshot(PROMPTS, {"temperature": 1.5, "top_k": 12})
