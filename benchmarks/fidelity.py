@@ -90,10 +90,10 @@ def _table(label: str, model: Any, smoke: bool, informational: dict[str, str] | 
             rows.append(f'| {name} | {preset} | not installed ({exc.name}): pip install ".[quant]" |')
             missing += 1
             continue
-        exact = gg.fidelity(candidate, tokenizer, reference, budget=preset, reference_model=model)
+        exact = gg.fidelity(candidate, tokenizer, reference, budget=preset, reference_model=model, probe=False)
         bound = gg.fidelity(candidate, tokenizer, reference)
         own = gg.record(candidate, tokenizer, [p.prompt for p in reference.prompts], max_new_tokens=24, top_k=5)
-        compared, _ = trace_fidelity(reference, own)
+        compared, _, _ = trace_fidelity(reference, own)
         where = {(s.prompt, s.step) for s in compared}
         same = [s for s in exact.steps if (s.prompt, s.step) in where]
         traces = FidelityReport(tuple(compared)).metrics["kld_mean"]
@@ -165,7 +165,7 @@ def _cost(model: Any, pairs: int) -> list[Result]:
             return m(input_ids=ids, attention_mask=mask, use_cache=False).logits
 
     def exact() -> Any:
-        return gg.fidelity(candidate, tokenizer, reference, reference_model=model)
+        return gg.fidelity(candidate, tokenizer, reference, reference_model=model, probe=False)
 
     def bound() -> Any:
         return gg.fidelity(candidate, tokenizer, reference)

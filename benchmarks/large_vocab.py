@@ -106,7 +106,7 @@ def _real_sized(tokenizer: Any, vocab: int, smoke: bool, recorded: Any, bare: An
 def run(smoke: bool) -> list[Result]:
     import torch
 
-    from pytest_genguard.hf import fingerprint
+    from pytest_genguard.hf import fingerprint, tokenizer_hash
     from pytest_genguard.hf._generation import Float64LogSoftmax, collect_steps, top_k_of
     from pytest_genguard.hf.record import record
 
@@ -153,8 +153,8 @@ def run(smoke: bool) -> list[Result]:
         fresh = [big_tokenizer(vocab) for _ in range(1 if smoke else 3)]
         cold = []
         for tok in fresh:  # cold: a tokenizer object never fingerprinted (nothing is memoized by content)
-            cold.append(timed(lambda tok=tok: fingerprint.tokenizer_fingerprint(tok))[0])
-        warm = repeat(lambda: fingerprint.tokenizer_fingerprint(tokenizer), 5 if smoke else 50)
+            cold.append(timed(lambda tok=tok: tokenizer_hash.tokenizer_fingerprint(tok))[0])
+        warm = repeat(lambda: tokenizer_hash.tokenizer_fingerprint(tokenizer), 5 if smoke else 50)
     finally:
         torch.set_num_threads(threads)
     cold_ms = sorted(cold)[len(cold) // 2] * 1000

@@ -63,13 +63,17 @@ def run(smoke: bool) -> list[Result]:
         calibration, calibrated = timed(lambda: gg.calibrate(model, tokenizer, trace))
         bf16 = copy.deepcopy(model).to(torch.bfloat16)
         relative = alternate(
-            lambda: gg.fidelity(bf16, tokenizer, trace, budget="bf16", reference_model=model),
-            lambda: gg.fidelity(bf16, tokenizer, trace, budget=PRESETS["bf16"].calibrated(None), reference_model=model),
+            lambda: gg.fidelity(bf16, tokenizer, trace, budget="bf16", reference_model=model, probe=False),
+            lambda: gg.fidelity(
+                bf16, tokenizer, trace, budget=PRESETS["bf16"].calibrated(None), reference_model=model, probe=False
+            ),
             2 if smoke else 4,
         )
         stored = alternate(
-            lambda: gg.fidelity(bf16, tokenizer, calibrated, budget="bf16", reference_model=model),
-            lambda: gg.fidelity(bf16, tokenizer, trace, budget=PRESETS["bf16"].calibrated(None), reference_model=model),
+            lambda: gg.fidelity(bf16, tokenizer, calibrated, budget="bf16", reference_model=model, probe=False),
+            lambda: gg.fidelity(
+                bf16, tokenizer, trace, budget=PRESETS["bf16"].calibrated(None), reference_model=model, probe=False
+            ),
             2 if smoke else 4,
         )
         data = ROOT / "fixtures" / "real_model"
@@ -79,7 +83,7 @@ def run(smoke: bool) -> list[Result]:
 
         b1, b2, f1, f2 = (load_trace(n) for n in ("bf16_avx512", "bf16_default", "greedy_avx512", "greedy_default"))
         rule = alternate(lambda: compare(b1, b2), lambda: compare(f1, f2), 5 if smoke else 200)
-        report = gg.fidelity(bf16, tokenizer, calibrated, budget="bf16", reference_model=model)
+        report = gg.fidelity(bf16, tokenizer, calibrated, budget="bf16", reference_model=model, probe=False)
         assert isinstance(report, FidelityReport)
     finally:
         torch.set_num_threads(threads)

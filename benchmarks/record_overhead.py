@@ -25,13 +25,13 @@ BIG: dict[str, Any] = {"n_layer": 12, "n_embd": 768, "n_head": 12, "n_inner": 30
 
 
 class HashCounter:
-    """Counts the fingerprint hashes that read every weight (`fingerprint.state_dict_sha256`) while installed."""
+    """Counts the fingerprint hashes that read every weight (`weights_hash.state_dict_sha256`) while installed."""
 
     def __init__(self) -> None:
-        from pytest_genguard.hf import fingerprint
+        from pytest_genguard.hf import weights_hash
 
-        self.module = fingerprint
-        self.real: Callable[..., str] = fingerprint.state_dict_sha256
+        self.module = weights_hash
+        self.real: Callable[..., str] = weights_hash.state_dict_sha256
         self.calls = 0
 
     def __enter__(self) -> HashCounter:
@@ -52,8 +52,9 @@ def _measure(
     import torch
 
     from pytest_genguard.hf.environment import environment
-    from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
+    from pytest_genguard.hf.fingerprint import model_fingerprint
     from pytest_genguard.hf.record import record
+    from pytest_genguard.hf.tokenizer_hash import tokenizer_fingerprint
 
     def recorded() -> Any:
         return record(model, tokenizer, prompts, max_new_tokens=new_tokens, top_k=5)
@@ -124,7 +125,8 @@ def _measure(
 
 def _fingerprint_row(model: Any, label: str, full_hashes: int, calls: int, smoke: bool) -> Result:
     """One model_fingerprint() call of an unchanged model against hashing every weight."""
-    from pytest_genguard.hf.fingerprint import model_fingerprint, state_dict_sha256
+    from pytest_genguard.hf.fingerprint import model_fingerprint
+    from pytest_genguard.hf.weights_hash import state_dict_sha256
 
     n = 2 if smoke else 7
     remembered = repeat(lambda: model_fingerprint(model), 3 * n)

@@ -33,6 +33,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "finetune": ("benchmarks.finetune_cache", "run"),
     "finetune_startup": ("benchmarks.finetune_startup", "run"),
     "startup": ("benchmarks.startup", "run"),
+    "cli": ("benchmarks.cli_startup", "run"),
     "compare": ("benchmarks.snapshot_cost", "run_compare"),
     "size": ("benchmarks.snapshot_cost", "run_size"),
     "engines": ("benchmarks.engine_speed", "run"),

@@ -54,6 +54,7 @@ _EXPORTS: dict[str, str] = {
     "ModelUnavailable": "core.errors",
     "ServerError": "core.errors",
     "ServerStale": "core.errors",
+    "KernelSetUnsupported": "core.errors",
     # torch side
     "tiny_tokenizer": "hf.tiny",
     "tiny_model": "hf.tiny",
@@ -64,7 +65,7 @@ _EXPORTS: dict[str, str] = {
     "load_smollm2": "hf.smollm2",
     "smollm2_folder": "hf.smollm2",
     "model_fingerprint": "hf.fingerprint",
-    "tokenizer_fingerprint": "hf.fingerprint",
+    "tokenizer_fingerprint": "hf.tokenizer_hash",
     "GenerationRecorder": "hf.recorder",
     "finetune": "hf.finetune",
     "FineTuned": "hf.finetune",
@@ -117,6 +118,7 @@ if TYPE_CHECKING:
         GenguardTrainingWarning as GenguardTrainingWarning,
         GenguardWarning as GenguardWarning,
         InstallError as InstallError,
+        KernelSetUnsupported as KernelSetUnsupported,
         ModelUnavailable as ModelUnavailable,
         PinError as PinError,
         ReleaseError as ReleaseError,
@@ -143,10 +145,7 @@ if TYPE_CHECKING:
     from pytest_genguard.core.well_formed import assert_well_formed as assert_well_formed
     from pytest_genguard.hf.fidelity import calibrate as calibrate, fidelity as fidelity
     from pytest_genguard.hf.finetune import FineTuned as FineTuned, finetune as finetune
-    from pytest_genguard.hf.fingerprint import (
-        model_fingerprint as model_fingerprint,
-        tokenizer_fingerprint as tokenizer_fingerprint,
-    )
+    from pytest_genguard.hf.fingerprint import model_fingerprint as model_fingerprint
     from pytest_genguard.hf.invariants import (
         assert_batch_invariant as assert_batch_invariant,
         assert_cache_invariant as assert_cache_invariant,
@@ -158,4 +157,5 @@ if TYPE_CHECKING:
     from pytest_genguard.hf.recorder import GenerationRecorder as GenerationRecorder
     from pytest_genguard.hf.smollm2 import load_smollm2 as load_smollm2, smollm2_folder as smollm2_folder
     from pytest_genguard.hf.tiny import tiny_model as tiny_model, tiny_tokenizer as tiny_tokenizer
+    from pytest_genguard.hf.tokenizer_hash import tokenizer_fingerprint as tokenizer_fingerprint
     from pytest_genguard.hf.verify import verify as verify

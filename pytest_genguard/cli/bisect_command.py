@@ -13,9 +13,7 @@ from pytest_genguard.cli.inputs import CliError
 if TYPE_CHECKING:
     from pytest_genguard.bisection.search import ProbeResult
 
-__all__ = ["HELP", "add_arguments", "bisect_command", "run"]
-
-HELP = "name the release that changed a snapshot test's verdict (exit 0 found, 1 no change, 3 inconclusive)"
+__all__ = ["add_arguments", "bisect_command", "run"]
 
 
 def bisect_command(

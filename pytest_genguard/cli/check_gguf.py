@@ -4,6 +4,6 @@ the parser needs for the arguments, loads neither): this module names it among t
 
 from __future__ import annotations
 
-from pytest_genguard.engines.gguf_check import HELP, add_arguments, run
+from pytest_genguard.engines.gguf_check import add_arguments, run
 
-__all__ = ["HELP", "add_arguments", "run"]
+__all__ = ["add_arguments", "run"]

@@ -14,12 +14,7 @@ from pytest_genguard.core.budget import parse_budget
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.serving.servers import SERVER_KINDS
 
-__all__ = ["HELP", "add_arguments", "check_server_command", "run"]
-
-HELP = (
-    "judge a running server (vLLM, llama-server) against snapshots (exit 0 hold, 1 regression or outside the budget, "
-    "2 bad input, 3 stale, 4 unproven)"
-)
+__all__ = ["add_arguments", "check_server_command", "run"]
 
 
 def _snapshots(paths: Sequence[Path]) -> list[tuple[str, GenerationTrace]]:

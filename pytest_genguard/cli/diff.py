@@ -13,9 +13,7 @@ from pytest_genguard.core.compare import compare
 from pytest_genguard.core.documents import compare_documents
 from pytest_genguard.core.tolerances import Overrides
 
-__all__ = ["HELP", "add_arguments", "diff", "run"]
-
-HELP = "compare two traces (exit 0 when they agree, 1 when not)"
+__all__ = ["add_arguments", "diff", "run"]
 
 
 def diff(

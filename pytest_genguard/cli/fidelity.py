@@ -14,9 +14,7 @@ from pytest_genguard.cli.inputs import EXIT_OK, CliError, load_trace
 from pytest_genguard.core.budget import parse_budget, traces_report
 from pytest_genguard.core.gate import STATUS_EXIT, gate_line
 
-__all__ = ["HELP", "add_arguments", "fidelity", "run"]
-
-HELP = "how far a candidate trace is from a reference (KLD lower bound; exit 0 within, 1 outside, 4 unproven)"
+__all__ = ["add_arguments", "fidelity", "run"]
 
 
 def fidelity(

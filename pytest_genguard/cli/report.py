@@ -11,9 +11,7 @@ from pytest_genguard.cli.inputs import EXIT_OK, EXIT_USAGE, CliError, find_trace
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.html import TraceFile, render_trace_files
 
-__all__ = ["HELP", "add_arguments", "report", "run"]
-
-HELP = "render every trace under a folder into one HTML file"
+__all__ = ["add_arguments", "report", "run"]
 
 
 def report(folder: Path, output: Path, *, stream: IO[str] | None = None) -> int:

@@ -19,9 +19,7 @@ from pytest_genguard.core.trace import GenerationTrace
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["HELP", "add_arguments", "run", "show"]
-
-HELP = "print a trace as a table: tokens, top-k, margins"
+__all__ = ["add_arguments", "run", "show"]
 
 
 def _console(stream: IO[str] | None = None) -> Console:
@@ -121,7 +119,7 @@ def show(
         if doc.is_history:
             raise CliError(f"--reference: {path} is a recorder history; the KLD column compares single traces")
         base, trace = load_trace(reference), doc.traces[0][1]
-        compared, _ = trace_fidelity(base, trace)
+        compared, _, _ = trace_fidelity(base, trace)
         index = {p.prompt: i for i, p in enumerate(trace.prompts)}  # prompts are matched by text
         klds = {(index[base.prompts[s.prompt].prompt], s.step): s.kld for s in compared}
     if prompt is not None:

@@ -14,15 +14,15 @@ With a lower bound (a reference trace without its model), a KLD above its limit 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import math
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pytest_genguard.core.fidelity import StepFidelity, aggregate, trace_fidelity
+from pytest_genguard.core.limits import CALIBRATED_METRICS, LIMITS, PRECISIONS, STATUSES, Budget, calibration_key
+from pytest_genguard.core.long_context import Coverage, ProbeInfo, bands
 from pytest_genguard.core.text import number, plural, quote
 from pytest_genguard.core.trace import GenerationTrace
 
@@ -40,129 +40,8 @@ __all__ = [
     "calibration_key",
     "parse_budget",
     "traces_report",
+    "worst_status",
 ]
-
-LIMITS: dict[str, str] = {
-    "kld_mean": "max",
-    "kld_median": "max",
-    "kld_p90": "max",
-    "kld_p99": "max",
-    "kld_p999": "max",
-    "kld_max": "max",
-    "top1_agreement": "min",
-    "rms_delta_p": "max",
-    "max_abs_delta_p": "max",
-    "flips": "max",
-    "on_path_share": "min",
-}
-"""Every limit a budget may set, and whether it is a maximum or a minimum of its metric."""
-
-STATUSES = ("within", "outside", "unproven")
-"""`FidelityReport.status`'s values: proven within, proven outside, or within on lower bounds only (proves nothing)."""
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Limits on fidelity metrics (None: not judged). KLD in nats, KL(reference || candidate); `top1_agreement`
-    and `on_path_share` are minimum shares (0-1), `flips` a maximum count."""
-
-    kld_mean: float | None = None
-    kld_median: float | None = None
-    kld_p90: float | None = None
-    kld_p99: float | None = None
-    kld_p999: float | None = None
-    kld_max: float | None = None
-    top1_agreement: float | None = None
-    rms_delta_p: float | None = None
-    max_abs_delta_p: float | None = None
-    flips: float | None = None
-    on_path_share: float | None = None
-    name: str = "custom"
-    """The preset's name, or "custom"."""
-    ratios: tuple[tuple[str, float], ...] = ()
-    """A preset's limits as multiples of what genguard's own conversion of the reference model to `precision` costs
-    (its calibration: `pytest_genguard.hf.fidelity.calibrate`); the fixed limits above apply where none is known."""
-    precision: str | None = None
-    basis: str = ""
-    """How the limits were set, for the report ("2x the reference model's own bf16 cast", "fixed limits ...")."""
-    fixed_basis: str = "measured on tiny models, they are too tight for most real ones"
-    """What the fixed limits were measured on, for the report when they apply."""
-    alike: bool = False
-    """The limits scale lower bounds of the calibration copy measured as the candidate's are (over the reference's
-    recorded top-k): a candidate's bound within them is within, like for like (`FidelityReport.status`)."""
-
-    def __post_init__(self) -> None:
-        for key in LIMITS:
-            value = getattr(self, key)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"fidelity budget: {key}={value!r} must be a finite number >= 0 (e.g. {key}=1e-4).")
-            if LIMITS[key] == "min" and value > 1:
-                raise ValueError(f"fidelity budget: {key}={value!r} is a share between 0 and 1 (e.g. {key}=0.99).")
-            object.__setattr__(self, key, float(value))
-
-    def calibrated(self, calibration: Mapping[str, Any] | None, *, bounded: bool = False) -> Budget:
-        """The limits for a reference whose calibration figures are `calibration` (``{"bf16.kld_mean": ...}``):
-        each ratio times the figure it scales, where the reference has one; the fixed limits otherwise (the report
-        says which). `bounded`: the candidate will be measured by lower bounds over the reference's recorded top-k;
-        the calibration's own bounds, measured the same way (``"bf16.bound.kld_mean"``), are scaled where it has
-        them, so that a bound within the limits proves something (`alike`)."""
-        if not self.ratios or self.precision is None:
-            return self
-        bounds = _figures(calibration, f"{self.precision}.bound", self.ratios) if bounded else None
-        figures = bounds or _figures(calibration, self.precision, self.ratios)
-        if figures is None:
-            return dataclasses.replace(
-                self,
-                ratios=(),
-                basis=f"fixed limits: the reference has no calibration figures for {self.precision} (store them "
-                "with pytest_genguard.calibrate(model, tokenizer, trace), or pass reference_model= to fidelity()); "
-                f"{self.fixed_basis}",
-            )
-        limits = {key: max(ratio * figures[key], _FLOORS.get(key, 0.0)) for key, ratio in self.ratios}
-        shown = ", ".join(f"{ratio:g}x {key} {figures[key]:.3g}" for key, ratio in self.ratios)
-        fields: dict[str, Any] = {key: limits.get(key) for key in LIMITS}
-        measured = ", both as lower bounds over the reference's recorded top-k" if bounds else ""
-        basis = f"relative to the reference model's own {self.precision} conversion{measured} ({shown})"
-        return dataclasses.replace(self, **fields, ratios=(), basis=basis, alike=bounds is not None)
-
-    def limits(self) -> dict[str, float]:
-        """The limits set, in `LIMITS` order."""
-        return {key: value for key in LIMITS if (value := getattr(self, key)) is not None}
-
-    def __str__(self) -> str:
-        shown = ", ".join(
-            f"{key} {'<=' if LIMITS[key] == 'max' else '>='} {value:g}" for key, value in self.limits().items()
-        )
-        return f"{self.name} ({shown})" + (f"; {self.basis}" if self.basis else "")
-
-
-def _figures(
-    calibration: Mapping[str, Any] | None, prefix: str, ratios: tuple[tuple[str, float], ...]
-) -> dict[str, float] | None:
-    """The calibration's figure under `prefix` (``"bf16"``, ``"bf16.bound"``) for every metric `ratios` scale; None
-    where one is missing."""
-    raw = {key: (calibration or {}).get(calibration_key(prefix, key)) for key, _ in ratios}
-    figures = {k: float(v) for k, v in raw.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    return figures if len(figures) == len(raw) else None
-
-
-PRECISIONS = ("bf16", "fp16", "int8", "int4")
-"""The precisions genguard converts a reference model to itself (`pytest_genguard.hf.fidelity.calibrate`)."""
-
-CALIBRATED_METRICS = ("kld_mean", "kld_p90", "kld_p99", "kld_max", "top1_agreement")
-"""The metrics a calibration stores per precision."""
-
-
-def calibration_key(precision: str, metric: str) -> str:
-    """The key of a calibration figure: ``"int8.kld_mean"``."""
-    return f"{precision}.{metric}"
-
-
-_FLOORS = {"kld_mean": 1e-9, "kld_p90": 1e-9, "kld_p99": 1e-9, "kld_max": 1e-9}
-"""A relative limit never falls below these: a reference conversion that costs nothing (a float32 model stored in
-bfloat16 already) would otherwise allow nothing at all."""
 
 _CAST_RATIOS = (("kld_mean", 2.0), ("kld_p99", 3.0))
 """bf16 and fp16: a correct cast is genguard's own cast (1.00x on every metric, SmolLM2-135M and the tiny llama);
@@ -310,18 +189,39 @@ def _worst(key: str, steps: Sequence[StepFidelity]) -> StepFidelity | None:
     return next((s for s in steps if not s.same_top1), None)
 
 
+def worst_status(statuses: Sequence[str]) -> str:
+    """The worst of `FidelityReport.status` values: outside, then unproven, then within."""
+    for status in ("outside", "unproven"):
+        if status in statuses:
+            return status
+    return "within"
+
+
+_REGENERATED = (
+    "the candidate generated its own path (it was not teacher forced: llama-server, which scores no given sequence, "
+    "or a trace of its own decoding) and left the reference's at {where}; after a departure the contexts differ"
+)
+
+
 @dataclass(frozen=True)
 class FidelityReport:
     """A candidate judged against a reference: `.metrics` (see `core.fidelity.METRIC_KEYS`), `.holds` (within the
-    budget; True without one), `.exact` (False: KLD figures are lower bounds), and ``str()`` explaining it."""
+    budget; True without one), `.exact` (False: KLD figures are lower bounds), `.status` (within, outside, unproven:
+    what a gate exits on, `core.gate`), and ``str()`` explaining it. `probe` is the long probe's own report (a built-in
+    text of thousands of tokens through both sides, exact), judged with the snapshot: the worse of the two decides."""
 
     steps: tuple[StepFidelity, ...]
     budget: Budget | None = None
     skipped: int = 0
-    """Reference steps that could not be compared (after a free-running candidate left the path)."""
+    """Reference steps that could not be compared (after a regenerated candidate left the path)."""
     token_texts: Mapping[int, str] | None = None
     prompts: tuple[str, ...] = ()
     """The reference's prompts, to name the worst step's prompt by its text."""
+    skipped_why: str = ""
+    """Why `skipped` steps were not compared (said on the report's line)."""
+    coverage: Coverage | None = None
+    probe: FidelityReport | None = None
+    probe_info: ProbeInfo | None = None
 
     @property
     def exact(self) -> bool:
@@ -334,6 +234,7 @@ class FidelityReport:
 
     @functools.cached_property
     def violations(self) -> tuple[Violation, ...]:
+        """The snapshot's broken limits (the probe's are `probe.violations`)."""
         if self.budget is None:
             return ()
         metrics = self.metrics
@@ -347,18 +248,23 @@ class FidelityReport:
 
     @property
     def holds(self) -> bool:
-        return not self.violations
+        return not self.violations and (self.probe is None or self.probe.holds)
 
     @property
-    def status(self) -> str:
-        """``"within"`` (holds, every step exact), ``"outside"`` (a limit broken: proven, since a lower bound above a
-        limit is above it) or ``"unproven"`` (holds on lower bounds only): what a gate may exit on (`STATUSES`)."""
+    def own_status(self) -> str:
+        """The snapshot's status alone: ``"within"`` (holds, every step exact), ``"outside"`` (a limit broken:
+        proven, since a lower bound above a limit is above it) or ``"unproven"`` (holds on lower bounds only)."""
         if self.violations:
             return "outside"
         if self.exact:
             return "within"
         alike = self.budget is not None and self.budget.alike and bool(self.steps)
         return "within" if alike and all(s.complete for s in self.steps) else "unproven"
+
+    @property
+    def status(self) -> str:
+        """The worse of the snapshot's status and the long probe's (`STATUSES`): what a gate exits on."""
+        return worst_status([self.own_status] + ([] if self.probe is None else [self.probe.status]))
 
     def __bool__(self) -> bool:
         return self.holds
@@ -382,24 +288,24 @@ class FidelityReport:
             f"    candidate top-k: {self._top(step.candidate_top)}",
         ]
 
-    def __str__(self) -> str:
-        m = self.metrics
-        n = int(m["steps"])
+    def _head(self) -> str:
+        n = int(self.metrics["steps"])
         kind = "exact (full vocabulary, float64)" if self.exact else "KLD is a LOWER BOUND (recorded top-k + rest)"
         if self.budget is None:
-            head = f"fidelity: {plural(n, 'step')}, {kind}"
-        elif self.status == "unproven":
-            head = (
-                f"fidelity UNPROVEN for budget {self.budget}: holds on lower bounds only; {plural(n, 'step')}, {kind}"
-            )
-        elif self.holds:
-            head = f"fidelity within budget {self.budget}: {plural(n, 'step')}, {kind}"
-        else:
-            names = ", ".join(v.key for v in self.violations)
-            head = f"fidelity OUTSIDE budget {self.budget.name}: {names}; {plural(n, 'step')}, {kind}"
-        lines = [
-            head,
-            *([f"  limits: {self.budget.basis}"] if self.budget is not None and self.budget.basis else []),
+            return f"fidelity: {plural(n, 'step')}, {kind}"
+        if self.status == "unproven":
+            head = f"fidelity UNPROVEN for budget {self.budget}: holds on lower bounds only"
+            return f"{head}; {plural(n, 'step')}, {kind}"
+        if self.holds:
+            return f"fidelity within budget {self.budget}: {plural(n, 'step')}, {kind}"
+        names = [v.key for v in self.violations]
+        names += [f"long probe {v.key}" for v in (self.probe.violations if self.probe is not None else ())]
+        return f"fidelity OUTSIDE budget {self.budget.name}: {', '.join(names)}; {plural(n, 'step')}, {kind}"
+
+    def _figures(self) -> list[str]:
+        m = self.metrics
+        n = int(m["steps"])
+        return [
             f"  KLD mean {number(m['kld_mean'])} ± {number(m['kld_stderr'])}, median {number(m['kld_median'])}, "
             f"p90 {number(m['kld_p90'])}, p99 {number(m['kld_p99'])}, p99.9 {number(m['kld_p999'])}, "
             f"max {number(m['kld_max'])}",
@@ -407,24 +313,28 @@ class FidelityReport:
             f"RMS Δp {number(m['rms_delta_p'])}, max |Δp| {number(m['max_abs_delta_p'])}, "
             f"on the reference path {int(m['on_path_steps'])}/{n} steps",
         ]
-        if not self.exact and self.status == "within":
-            lines.append(
-                f"  the recorded top-k covered {100 * m['covered_mean']:.2f}% of the reference's probability mass on "
-                f"average (least {100 * m['covered_min']:.2f}%); within like for like: the candidate's lower bounds "
-                "against the reference model's own conversion's, measured over the same tokens at every step"
-            )
-        elif not self.exact:
-            lines.append(
-                f"  the recorded top-k covered {100 * m['covered_mean']:.2f}% of the reference's probability mass on "
-                f"average (least {100 * m['covered_min']:.2f}%): the true KLD may be higher"
-                + ("; within budget is not proven" if self.budget is not None and self.holds else "")
-                + ". Pass reference_model= to fidelity() for exact metrics, or record with a larger top_k."
-            )
-        if self.skipped:
-            lines.append(
-                f"  {plural(self.skipped, 'reference step')} not compared: the candidate's own path left the "
-                "reference's (contexts differ after that); teacher force the candidate for every step"
-            )
+
+    def _bound_lines(self) -> list[str]:
+        m = self.metrics
+        covered = (
+            f"  the recorded top-k covered {100 * m['covered_mean']:.2f}% of the reference's probability mass on "
+            f"average (least {100 * m['covered_min']:.2f}%)"
+        )
+        if self.exact:
+            return []
+        if self.own_status == "within":
+            return [
+                f"{covered}; within like for like: the candidate's lower bounds against the reference model's own "
+                "conversion's, measured over the same tokens at every step"
+            ]
+        unproven = "; within budget is not proven" if self.budget is not None and not self.violations else ""
+        return [
+            f"{covered}: the true KLD may be higher{unproven}. Pass reference_model= to fidelity() for exact metrics, "
+            "or record with a larger top_k."
+        ]
+
+    def _violation_lines(self) -> list[str]:
+        lines = []
         shown: set[tuple[int, int]] = set()
         for v in self.violations:
             op = ">" if LIMITS[v.key] == "max" else "<"
@@ -437,11 +347,54 @@ class FidelityReport:
             else:
                 shown.add(where)
                 lines += self._step_lines(v.worst)
+        return lines
+
+    def probe_lines(self) -> list[str]:
+        """The long probe's own lines: its verdict and figures, its positions in bands, its broken limits."""
+        probe, info = self.probe, self.probe_info
+        if probe is None:
+            return []
+        m = probe.metrics
+        what = f"{info.tokens} tokens of {info.text}" if info is not None else f"{int(m['steps'])} positions"
+        verdict = {"within": "within", "outside": "OUTSIDE", "unproven": "UNPROVEN"}[probe.status]
+        lines = [
+            f"  long probe {verdict}: {what}, teacher forced through both sides, exact (full vocabulary, float64): "
+            f"KLD mean {number(m['kld_mean'])}, p99 {number(m['kld_p99'])}, max {number(m['kld_max'])}, "
+            f"same top-1 {100 * m['top1_agreement']:.2f}%, flips {int(m['flips'])}"
+        ]
+        if info is not None and info.basis:
+            lines.append(f"    limits: {info.basis}")
+        limit = None if probe.budget is None else probe.budget.kld_mean
+        window = None if info is None else info.sliding_window
+        shown = bands(probe.steps, window)
+        start = next((b for b in shown if limit is not None and b.kld_mean > limit), None)
+        for band in shown:
+            lines.append(f"    {band.line(limit)}" + ("  <- the divergence starts here" if band is start else ""))
+        for v in probe.violations:
+            op = ">" if LIMITS[v.key] == "max" else "<"
+            at = "" if v.worst is None else f" (worst at position {v.worst.step})"
+            lines.append(f"    {v.key} = {number(v.value)} {op} limit {v.limit:g}{at}")
+        return lines
+
+    def __str__(self) -> str:
+        lines = [
+            self._head(),
+            *([f"  limits: {self.budget.basis}"] if self.budget is not None and self.budget.basis else []),
+            *self._figures(),
+            *self._bound_lines(),
+        ]
+        if self.skipped:
+            why = self.skipped_why or "the candidate's path does not cover them"
+            lines.append(f"  {plural(self.skipped, 'reference step')} not compared: {why}")
+        lines += self._violation_lines()
+        if self.coverage is not None:
+            lines.append("  " + self.coverage.line())
+        lines += self.probe_lines()
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         """The report as JSON data (for ``genguard fidelity --json``)."""
-        return {
+        out: dict[str, Any] = {
             "holds": self.holds,
             "status": self.status,
             "exact": self.exact,
@@ -462,14 +415,29 @@ class FidelityReport:
                 for s in self.steps
             ],
         }
+        if self.coverage is not None:
+            c = self.coverage
+            out["coverage"] = {"longest": c.longest, "sliding_window": c.sliding_window, "context": c.context}
+        if self.probe is not None:
+            out["probe"] = {
+                "status": self.probe.status,
+                "metrics": dict(self.probe.metrics),
+                "limits": None if self.probe.budget is None else self.probe.budget.limits(),
+                "violations": [v.key for v in self.probe.violations],
+            }
+        return out
 
 
 def traces_report(reference: GenerationTrace, candidate: GenerationTrace, budget: Budget | None) -> FidelityReport:
     """The report on a candidate trace against a reference trace alone: the KLD lower bound of
-    `core.fidelity.trace_fidelity` (``genguard fidelity``, the fidelity marker's ``trace == genguard_snapshot``)."""
-    steps, skipped = trace_fidelity(reference, candidate)
+    `core.fidelity.trace_fidelity` (``genguard fidelity``, the fidelity marker's ``trace == genguard_snapshot``, a
+    server). A teacher-forced candidate is compared at every step; a regenerated one up to its first departure from
+    each path, and the report says where."""
+    steps, skipped, departures = trace_fidelity(reference, candidate)
     texts = {**candidate.token_texts, **reference.token_texts}
     texts.update({s.token_id: s.token for t in (reference, candidate) for p in t.prompts for s in p.steps})
     prompts = tuple(p.prompt for p in reference.prompts)
     limits = None if budget is None else budget.calibrated(reference.calibration, bounded=True)
-    return FidelityReport(tuple(steps), limits, skipped=skipped, token_texts=texts, prompts=prompts)
+    where = ", ".join(f"prompt {b} step {t}" for b, t in departures[:4]) + (", ..." if len(departures) > 4 else "")
+    why = _REGENERATED.format(where=where) if departures else ""
+    return FidelityReport(tuple(steps), limits, skipped=skipped, token_texts=texts, prompts=prompts, skipped_why=why)

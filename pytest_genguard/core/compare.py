@@ -20,9 +20,10 @@ Every part is symmetric (``compare(a, b)`` and ``compare(b, a)`` give the same v
 tolerances (a pass stays a pass under looser ones); the tests check both as properties. `PromptTrace.text` (the
 decoded text) is derived from the ids and not compared.
 
-Pure standard library: `import pytest_genguard.core.compare` never imports torch. The tolerances are in
-`pytest_genguard.core.tolerances`, the result (`Comparison`) and its explanation in `pytest_genguard.core.comparison`,
-what makes a trace stale in `pytest_genguard.core.staleness`.
+Pure standard library: `import pytest_genguard.core.compare` never imports torch. This module walks the traces; what
+one value or one split is held to (the allowance with its rounding term, the near-tie rule) is
+`pytest_genguard.core.rule`, the tolerances `pytest_genguard.core.tolerances`, the result (`Comparison`) and its
+explanation `pytest_genguard.core.comparison`, what makes a trace stale `pytest_genguard.core.staleness`.
 """
 
 from __future__ import annotations
@@ -34,21 +35,14 @@ from typing import Unpack
 
 from pytest_genguard.core.adapters import merge_note
 from pytest_genguard.core.comparison import Comparison
-from pytest_genguard.core.environments import environment_diff, logprobs_epsilon, normalizer_bound, scores_epsilon
+from pytest_genguard.core.environments import environment_diff
+from pytest_genguard.core.rule import Rule, StepRule, ValueKind
 from pytest_genguard.core.staleness import Fingerprints, fingerprints_option, stale_reasons
-from pytest_genguard.core.tolerances import (
-    ToleranceArgs,
-    Tolerances,
-    default_tolerances,
-    dtype_change,
-    resolve,
-    rounding_epsilon,
-    same,
-)
+from pytest_genguard.core.tolerances import ToleranceArgs, default_tolerances, dtype_change, resolve, same
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
 from pytest_genguard.core.verdict import Divergence, DivergenceKind, ErrorStats, Verdict, worst
 
-__all__ = ["Fingerprints", "compare", "step_scale"]
+__all__ = ["Fingerprints", "compare"]
 
 
 class _Stats:
@@ -82,27 +76,27 @@ def _at(where: tuple[int, int, str] | None) -> str | None:
     return None if where is None else f"prompt {where[0]} step {where[1]} {where[2]}"
 
 
-_Epsilons = tuple[float, float, float, float]
-"""(logprobs, scores, model, normalizer): the machine epsilon of the coarser dtype the two traces computed each kind
-of value in, and of the models' own logits where that decides it (`_model_epsilon`: the near-tie rule uses it
-alone); and how far a normalizer summed in float32 moves a step's logprobs together (`normalizer_bound`)."""
-
-
 @dataclass
 class _PromptRun:
     """State of one prompt's walk."""
 
     index: int
     stats: _Stats
-    tol: Tolerances
     differs: bool = False  # some compared value or the top-k order is not bitwise equal
     failure: tuple[DivergenceKind, str] | None = None  # first value beyond tolerance in the current step
-    epsilons: _Epsilons = (0.0, 0.0, 0.0, 0.0)
-    rounding: float = 0.0  # the current value's: its dtype's epsilon * the step's |lse| (`step_scale`)
-    shared: float = 0.0  # the current value's allowance for a shift shared by its step (`normalizer_bound`)
 
-    def check(self, a: float, b: float, step: int, where: str, kind: DivergenceKind, label: str) -> None:
-        """Compare one value pair (under the current `rounding`), record statistics and the step's first failure."""
+    def check(
+        self,
+        rule: StepRule,
+        value: ValueKind,
+        a: float,
+        b: float,
+        step: int,
+        where: str,
+        kind: DivergenceKind,
+        label: str,
+    ) -> None:
+        """Compare one value pair under the step's rule, record statistics and the step's first failure."""
         st = self.stats
         st.compared += 1
         if same(a, b):
@@ -111,7 +105,7 @@ class _PromptRun:
         finite = math.isfinite(a) and math.isfinite(b)
         # Not equal and not both finite (NaN vs number, inf vs number): an infinite error, never within tolerance.
         diff = abs(a - b) if finite else math.inf
-        allowed = self.tol.allowed(a, b, self.rounding) + self.shared if finite else 0.0
+        allowed = rule.allowance(a, b, value) if finite else 0.0
         scale = max(abs(a), abs(b)) if finite else math.inf
         st.sum_abs += diff
         st.max_rel = max(st.max_rel, diff / scale if finite else math.inf)
@@ -143,54 +137,13 @@ def _pair(a: float, b: float) -> str:
     return f"{left} vs {right}"
 
 
-def step_scale(e: Step, a: Step) -> float:
-    """The log-sum-exp magnitude a step's rounding allowance grows with (`Tolerances.lse_ulps`): the larger of the
-    two sides' `Step.lse`. A trace of pytest-genguard 0.1 has none: its |score - logprob| stands in, which is |lse|
-    exactly where the score is the raw logit (decoding without processors) and of its order otherwise (0.83 |lse|
-    for a confident token at temperature 1.2; about 0 for beam search, whose scores are logprobs). Values that are
-    not finite count as 0."""
-    known = [abs(x) for x in (e.lse, a.lse) if x is not None and math.isfinite(x)]
-    if known:
-        return max(known)
-    estimates = [abs(s.score - s.logprob) for s in (e, a)]
-    return max((x for x in estimates if math.isfinite(x)), default=0.0)
-
-
-def _epsilons(expected: GenerationTrace, actual: GenerationTrace) -> _Epsilons:
-    """Each value is rounded in the dtype it was computed in, which the trace says (`core.environments`): logprobs
-    in float64 since pytest-genguard 0.2, processed scores in float32 always (beam search's are float32
-    log-softmaxes, as sensitive to the kernel set as 0.1's logprobs were); and both are computed from logits that a
-    bfloat16 or float16 model rounded in its own dtype, the coarsest of all (`tolerances.rounding_epsilon`)."""
-    e, a = expected.environment, actual.environment
-    model = _model_epsilon(expected, actual)
-    return (
-        max(logprobs_epsilon(e), logprobs_epsilon(a), model),
-        max(scores_epsilon(e), scores_epsilon(a), model),
-        model,
-        max(normalizer_bound(e), normalizer_bound(a)),
-    )
-
-
-def _model_epsilon(expected: GenerationTrace, actual: GenerationTrace) -> float:
-    """The coarser of the two models' logit rounding (0 unless one side ran in bfloat16 or float16)."""
-    return max(rounding_epsilon(expected.dtype), rounding_epsilon(actual.dtype))
-
-
-def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
-    """Compare the values of a step where both sides chose the same token."""
-    scale = step_scale(e, a)
-    logprobs, scores, _, normalizer = run.epsilons
-    run.rounding, run.shared = logprobs * scale, normalizer
-    run.check(e.logprob, a.logprob, s, "logprob", "logprob", "logprob")
-    run.rounding = scores * scale
-    run.check(e.score, a.score, s, "score", "logprob", "score")
-    run.rounding, run.shared = logprobs * scale, 0.0  # the top-k below are logprobs
-    if normalizer:
-        # A normalizer summed in float32 moves the whole step's logprobs together: the top-k are judged as gaps to
-        # the chosen token's logprob (logit differences, which it leaves alone), each side's two values rounded.
-        run.rounding = 2 * logprobs * scale
+def _check_step(run: _PromptRun, rule: StepRule, s: int, e: Step, a: Step) -> None:
+    """Compare the values of a step where both sides chose the same token, under the step's rule."""
+    run.check(rule, "logprob", e.logprob, a.logprob, s, "logprob", "logprob", "logprob")
+    run.check(rule, "score", e.score, a.score, s, "score", "logprob", "score")
+    if rule.gaps:  # the top-k judged as gaps to the chosen token's logprob (a float32 normalizer's shared shift)
         e, a = _gaps(e), _gaps(a)
-    gap = " - logprob" if normalizer else ""  # how a failing top-k value is named
+    gap = " - logprob" if rule.gaps else ""  # how a failing top-k value is named
     if e.top_ids != a.top_ids:
         run.differs = True
     if len(e.top_ids) != len(a.top_ids):
@@ -208,20 +161,21 @@ def _check_step(run: _PromptRun, s: int, e: Step, a: Step) -> None:
                 run.stats.compared += 1
             else:
                 label = f"top_logprobs[{rank}]{gap} (id {e.top_ids[rank]})"
-                run.check(lp, alp, s, f"top_logprobs[{rank}]", "topk", label)
+                run.check(rule, "top", lp, alp, s, f"top_logprobs[{rank}]", "topk", label)
         return
     e_map = dict(zip(e.top_ids, e.top_logprobs, strict=False))
     a_map = dict(zip(a.top_ids, a.top_logprobs, strict=False))
     for rank, (tid, lp) in enumerate(zip(e.top_ids, e.top_logprobs, strict=False)):
         if tid in a_map:
-            run.check(lp, a_map[tid], s, f"top_logprobs[{rank}]", "topk", f"top_logprobs[{rank}]{gap} (id {tid})")
+            label = f"top_logprobs[{rank}]{gap} (id {tid})"
+            run.check(rule, "top", lp, a_map[tid], s, f"top_logprobs[{rank}]", "topk", label)
         else:
             label = f"id {tid} left the top-{len(a.top_ids)}: its logprob{gap} vs the new k-th value{gap}:"
-            run.check(lp, a.top_logprobs[-1], s, f"top_logprobs[{rank}]", "topk", label)
+            run.check(rule, "top", lp, a.top_logprobs[-1], s, f"top_logprobs[{rank}]", "topk", label)
     for rank, (tid, lp) in enumerate(zip(a.top_ids, a.top_logprobs, strict=False)):
         if tid not in e_map:
             label = f"id {tid} entered the top-{len(e.top_ids)}: the old k-th value{gap} vs its logprob{gap}:"
-            run.check(e.top_logprobs[-1], lp, s, f"new top_logprobs[{rank}]", "topk", label)
+            run.check(rule, "top", e.top_logprobs[-1], lp, s, f"new top_logprobs[{rank}]", "topk", label)
 
 
 def _gaps(step: Step) -> Step:
@@ -229,9 +183,9 @@ def _gaps(step: Step) -> Step:
     return dataclasses.replace(step, top_logprobs=tuple(lp - step.logprob for lp in step.top_logprobs))
 
 
-def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances, model_eps: float) -> Divergence:
-    """The divergence at the first differing token id: a near tie (tolerated) or a regression. In a bfloat16 or
-    float16 trace the gap may also be `TIE_ULPS` ulps of the step's logits (`model_eps` times its |lse|) wide."""
+def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, rule: StepRule) -> Divergence:
+    """The divergence at the first differing token id: a near tie (tolerated, `StepRule.near_tie`) or a
+    regression."""
     e_rank_in_a = a.rank_of(e.token_id)
     a_rank_in_e = e.rank_of(a.token_id)
     gap: float | None = None
@@ -241,8 +195,7 @@ def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances, mo
         # Magnitudes: with sampling or processors the chosen token need not lead in raw logprob, and a near tie is
         # about closeness either way. NaN poisons the gap explicitly (max() with NaN depends on argument order).
         gap = math.nan if math.isnan(gap_e) or math.isnan(gap_a) else max(abs(gap_e), abs(gap_a))
-    rounding = model_eps * step_scale(e, a)
-    tolerated = gap is not None and tol.near_tie(gap, rounding)
+    tolerated = gap is not None and rule.near_tie(gap)
     if gap is None:
         missing = []
         if e_rank_in_a is None:
@@ -252,7 +205,7 @@ def _split(i: int, p: PromptTrace, s: int, e: Step, a: Step, tol: Tolerances, mo
         detail = "; ".join(missing)
     else:
         relation = "<=" if tolerated else ">"
-        limit = f"tie_tol {tol.tie_tol:g}" if not rounding else f"tie limit {tol.tie_limit(rounding):.2g}"
+        limit = f"tie_tol {rule.tolerances.tie_tol:g}" if not rule.tie else f"tie limit {rule.tie_limit():.2g}"
         detail = f"gap {gap:.2g} {relation} {limit}"
     return _divergence(i, p, s, "token", e, a, detail, gap=gap, tolerated=tolerated)
 
@@ -291,23 +244,24 @@ def _divergence(
 
 
 def _compare_prompt(
-    i: int, e: PromptTrace, a: PromptTrace, tol: Tolerances, stats: _Stats, epsilons: _Epsilons
+    i: int, e: PromptTrace, a: PromptTrace, rule: Rule, stats: _Stats
 ) -> tuple[Verdict, Divergence | None]:
     """Walk one prompt's common prefix; return its verdict and its first divergence."""
     if e.prompt_ids != a.prompt_ids:
         detail = f"prompt_ids {_ids(e.prompt_ids)} vs {_ids(a.prompt_ids)}"
         return Verdict.REGRESSION, _divergence(i, e, 0, "prompt", None, None, detail)
-    run = _PromptRun(i, stats, tol, epsilons=epsilons)
+    run = _PromptRun(i, stats)
     n = min(len(e.steps), len(a.steps))
     for s in range(n):
         es, as_ = e.steps[s], a.steps[s]
+        step_rule = rule.at(es, as_)
         if es.token_id != as_.token_id:
-            div = _split(i, e, s, es, as_, tol, epsilons[2])
+            div = _split(i, e, s, es, as_, step_rule)
             return div.verdict, div
         if es.token != as_.token:
             detail = f"id {es.token_id} decodes differently (the tokenizer's decoding changed)"
             return Verdict.REGRESSION, _divergence(i, e, s, "token", es, as_, detail)
-        _check_step(run, s, es, as_)
+        _check_step(run, step_rule, s, es, as_)
         if run.failure is not None:
             kind, detail = run.failure
             return Verdict.REGRESSION, _divergence(i, e, s, kind, es, as_, detail)
@@ -355,7 +309,7 @@ def compare(
             raise TypeError(f"compare: {name} must be a GenerationTrace, got {type(value).__name__}")
     fingerprints = fingerprints_option(check_fingerprints)
     tol = resolve(default_tolerances(expected, actual), tolerances)
-    epsilons = _epsilons(expected, actual)
+    rule = Rule.between(expected, actual, tol)
     stats = _Stats()
     divergences: list[Divergence] = []
     verdicts: list[Verdict | None] = []
@@ -363,7 +317,7 @@ def compare(
         if e.prompt != a.prompt:
             verdicts.append(None)
             continue
-        verdict, div = _compare_prompt(i, e, a, tol, stats, epsilons)
+        verdict, div = _compare_prompt(i, e, a, rule, stats)
         verdicts.append(verdict)
         if div is not None:
             divergences.append(div)

@@ -19,6 +19,7 @@ __all__ = [
     "GenguardTrainingWarning",
     "GenguardWarning",
     "InstallError",
+    "KernelSetUnsupported",
     "ModelUnavailable",
     "PinError",
     "ReleaseError",
@@ -85,6 +86,11 @@ class ReleaseError(GenguardError):
 
 class InstallError(GenguardError):
     """`bisect()` could not install a release (the message holds uv's last lines); the search skips it."""
+
+
+class KernelSetUnsupported(GenguardError, RuntimeError):
+    """torch cannot run a model's attention under the CPU kernel set in force (``ATEN_CPU_CAPABILITY``): the message
+    names torch, the kernel set and the fix for that run (eager attention). torch's own error is its cause."""
 
 
 class ServerError(GenguardError):

@@ -256,13 +256,18 @@ def bounded_step(
     )
 
 
-def trace_fidelity(reference: GenerationTrace, candidate: GenerationTrace) -> tuple[list[StepFidelity], int]:
-    """Per-step metrics from two traces alone (lower bounds; see the module docstring), and how many reference steps
-    could not be compared. Prompts are matched by text. Steps are compared while both paths share their context:
-    up to and including the first step where the candidate took another token; after it the contexts differ."""
+def trace_fidelity(
+    reference: GenerationTrace, candidate: GenerationTrace
+) -> tuple[list[StepFidelity], int, tuple[tuple[int, int], ...]]:
+    """Per-step metrics from two traces alone (lower bounds; see the module docstring), how many reference steps
+    could not be compared, and where the candidate's path left the reference's ((prompt, step) pairs). Prompts are
+    matched by text. A teacher-forced candidate holds the reference's tokens at every step, so every step is
+    compared; a regenerated one (it generated its own path: llama-server, a trace of `record()`) is compared up to and
+    including the first step where it took another token: after it the contexts differ."""
     by_prompt = {p.prompt: p for p in candidate.prompts}
     out: list[StepFidelity] = []
     skipped = 0
+    departures: list[tuple[int, int]] = []
     for b, ref in enumerate(reference.prompts):
         cand = by_prompt.get(ref.prompt)
         if cand is None:
@@ -273,6 +278,7 @@ def trace_fidelity(reference: GenerationTrace, candidate: GenerationTrace) -> tu
             out.append(bounded_step(b, t, r, _known(c), candidate_top=_top(c)))
             compared += 1
             if r.token_id != c.token_id:
+                departures.append((b, t))
                 break
         skipped += len(ref.steps) - compared
-    return out, skipped
+    return out, skipped, tuple(departures)

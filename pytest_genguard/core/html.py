@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.rule import Rule, StepRule, ValueKind
 from pytest_genguard.core.text import clean, display_token, quote
-from pytest_genguard.core.tolerances import Tolerances, dtype_default, same
+from pytest_genguard.core.tolerances import dtype_default, same
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
 
 __all__ = ["DIVERGENCE", "Page", "TraceFile", "badge", "document", "escape", "render_trace_files", "toolbar"]
@@ -96,28 +97,38 @@ def _tok(token: str | None) -> str:
 
 
 def _cell(
-    step: Step | None, prompt: PromptTrace | None, other: Step | None = None, tol: Tolerances | None = None
+    step: Step | None, prompt: PromptTrace | None, other: Step | None = None, rule: StepRule | None = None
 ) -> str:
     """The chosen token and its logprob (marked where the other side chose the same token at another logprob), or
     where that side's path ended."""
     if step is not None:
         same_token = other if other is not None and other.token_id == step.token_id else None
         return _tok(step.token) + _logprob_mark(
-            step.logprob, None if same_token is None else same_token.logprob, tol, "span"
+            step.logprob, None if same_token is None else same_token.logprob, rule, "span"
         )
     return '<span class="muted">(ended: ' + (escape(prompt.finish_reason) if prompt else "no prompt") + ")</span>"
 
 
-def _difference(value: float, other: float | None, tol: Tolerances | None) -> str:
-    """ "" when `other` is absent or equal, "d" when it differs within tolerance, "x" beyond it."""
+def _difference(
+    value: float,
+    other: float | None,
+    rule: StepRule | None,
+    kind: ValueKind = "logprob",
+    shift: tuple[float, float] = (0.0, 0.0),
+) -> str:
+    """ "" when `other` is absent or equal, "d" when it differs within the allowance compare() held it to at this
+    step (`rule`), "x" beyond it. `shift`: what each side's value is judged relative to (a top-k logprob as a gap to
+    the chosen token's, where the rule says so)."""
     if other is None or same(value, other):
         return ""
-    return "d" if tol is not None and tol.close(value, other) else "x"
+    a, b = value - shift[0], other - shift[1]
+    within = rule is not None and math.isfinite(a) and math.isfinite(b) and abs(a - b) <= rule.allowance(a, b, kind)
+    return "d" if within else "x"
 
 
-def _logprob_mark(value: float, other: float | None, tol: Tolerances | None, tag: str) -> str:
+def _logprob_mark(value: float, other: float | None, rule: StepRule | None, tag: str) -> str:
     """`value` as a number (class ``lp``), marked and explained in its title when it differs from `other`."""
-    kind = _difference(value, other, tol)
+    kind = _difference(value, other, rule)
     title = f"logprob {_num(value, 9)}"
     if kind and other is not None:
         delta = value - other if math.isfinite(value) and math.isfinite(other) else math.nan
@@ -155,7 +166,7 @@ def _topk(
     texts: Mapping[int, str],
     *,
     split: bool = False,
-    tol: Tolerances | None = None,
+    rule: StepRule | None = None,
 ) -> str:
     """The step's top-k as bars of exp(logprob) with the logprob written beside each: the chosen token darker, the
     other side's token (at a split) in red; with the other side's step, values that differ from its value for the
@@ -163,12 +174,13 @@ def _topk(
     if step is None:
         return ""
     theirs = dict(zip(other.top_ids, other.top_logprobs, strict=False)) if other is not None else {}
+    shift = (step.logprob, other.logprob) if rule is not None and rule.gaps and other is not None else (0.0, 0.0)
     items = []
     for tid, lp in zip(step.top_ids, step.top_logprobs, strict=False):
         classes = ["c"] if tid == step.token_id else []
         if split and other is not None and tid == other.token_id and tid != step.token_id:
             classes = ["o"]
-        kind = _difference(lp, theirs.get(tid), tol)
+        kind = _difference(lp, theirs.get(tid), rule, "top", shift)
         if kind:
             classes.append(kind)
         title = f"id {tid} logprob {_num(lp, 9)} ({_prob(lp):.3g}%)"
@@ -218,7 +230,7 @@ class Page:
         a_p = comparison.actual.prompts[index] if index < len(comparison.actual.prompts) else None
         div = next((d for d in comparison.divergences if d.prompt_index == index), None)
         texts = _texts(comparison.expected, comparison.actual)
-        tol = comparison.tolerances
+        rule = Rule.between(comparison.expected, comparison.actual, comparison.tolerances)
         e_steps = e_p.steps if e_p else ()
         a_steps = a_p.steps if a_p else ()
         rows = []
@@ -235,10 +247,11 @@ class Page:
             split = div is not None and s == div.step
             # Values after a divergence are not compared (the paths differ), so they are not marked either.
             e_other, a_other = (as_, es) if div is None or s <= div.step else (None, None)
+            at = rule.at(es, as_) if es is not None and as_ is not None else None  # what compare() held them to
             rows.append(
-                f"<tr{attrs}><td class=n>{s}</td><td>{_cell(es, e_p, e_other, tol)}</td>"
-                f"<td>{_topk(es, e_other, texts, split=split, tol=tol)}</td><td>{_cell(as_, a_p, a_other, tol)}</td>"
-                f"<td>{_topk(as_, a_other, texts, split=split, tol=tol)}</td></tr>"
+                f"<tr{attrs}><td class=n>{s}</td><td>{_cell(es, e_p, e_other, at)}</td>"
+                f"<td>{_topk(es, e_other, texts, split=split, rule=at)}</td><td>{_cell(as_, a_p, a_other, at)}</td>"
+                f"<td>{_topk(as_, a_other, texts, split=split, rule=at)}</td></tr>"
             )
         if div is not None and div.step > _CONTEXT:
             hidden = div.step - _CONTEXT
@@ -297,7 +310,7 @@ class Page:
     def fidelity(self, reference: GenerationTrace, candidate: GenerationTrace) -> str:
         """A fidelity judgement (``@pytest.mark.genguard(fidelity=...)``): per prompt, each step's KLD lower bound
         to the reference, Δp and whether the top-1 agrees (`core.fidelity.trace_fidelity`)."""
-        steps, _ = trace_fidelity(reference, candidate)
+        steps, _, _ = trace_fidelity(reference, candidate)
         texts = _texts(reference, candidate)
         parts = ['<p class="muted key">KLD ≥: KL(reference ‖ candidate), a lower bound from the recorded top-k</p>']
         for i, p in enumerate(reference.prompts):

@@ -168,13 +168,13 @@ class TokenizerFingerprint:
     vocab_size: int
     hash: str
     chat_template: str | None = None
-    """The chat template (several named templates as one text, see `fingerprint.chat_template_text`): part of the
+    """The chat template (several named templates as one text, see `tokenizer_hash.chat_template_text`): part of the
     tokenizer's identity, kept as text so a change is named by its first differing line. None: no template (or a
     trace of an older pytest-genguard)."""
     parts: Mapping[str, JSONScalar] | None = field(default=None, compare=False)
-    """What the hash covers, part by part, to say what changed when it does (`fingerprint.tokenizer_parts`): entry
-    counts and short hashes of the vocabulary, merges and added tokens, the normalizer, each special token. Derived:
-    the hash alone decides whether the tokenizer changed. None in traces written before it."""
+    """What the hash covers, part by part, to say what changed when it does (`tokenizer_hash.tokenizer_fingerprint`):
+    entry counts and short hashes of the vocabulary, merges and added tokens, the normalizer, each special token.
+    Derived: the hash alone decides whether the tokenizer changed. None in traces written before it."""
     hash_version: int = 1
     """How `hash` was computed: 1, over a canonical JSON text of the vocabulary and merges (traces written before
     version 2, and tokenizers without a `tokenizers` backend); 2, over the backend's own serialization of

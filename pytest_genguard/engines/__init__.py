@@ -3,8 +3,8 @@
 `engine("ctranslate2").record(model_dir, reference=trace)` converts a `save_pretrained` folder (cached by the weights'
 fingerprint), teacher forces the reference trace's paths through the engine and returns a `GenerationTrace` that
 compares with the Hugging Face snapshot like any other. Each engine is an extra (``pip install
-"pytest-genguard[ctranslate2]"``) imported only when used: importing this package imports no engine, and neither
-torch nor transformers.
+"/path/to/pytest-genguard[ctranslate2]"``, from a clone) imported only when used: importing this package imports no
+engine, and neither torch nor transformers.
 """
 
 from __future__ import annotations

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core.budget import Budget, FidelityReport
 from pytest_genguard.core.errors import EngineUnavailable
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf.cache import cache_key, default_cache_dir, fetch
+from pytest_genguard.hf.fidelity import judged_logits
 from pytest_genguard.hf.fingerprint import model_fingerprint
+from pytest_genguard.hf.long_probe import CHUNK, ProbeLogits, probe_judge
 from pytest_genguard.hf.teacher import teacher_force_with_preferences
 
 if TYPE_CHECKING:
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Backend", "Engine", "Logits", "backend_for", "install_command"]
+__all__ = ["Backend", "Engine", "Logits", "backend_for", "engine_chunks", "forced_engine_logits", "install_command"]
 
 Logits = Callable[[Sequence[Sequence[int]]], Sequence["numpy.ndarray[Any, Any]"]]
 """A loaded engine: token id sequences in, each sequence's raw logits ``[len, vocab]`` (float32) out."""
@@ -49,8 +54,25 @@ _PACKAGES = {
 
 
 def install_command(name: str) -> str:
-    """``pip install "pytest-genguard[<name>]"``: what makes engine `name` importable."""
-    return f'pip install "pytest-genguard[{name}]"'
+    """What makes engine `name` importable: genguard's extra, installed from the clone genguard was installed from
+    (genguard is not on PyPI: README's install section), e.g. ``pip install "/path/to/pytest-genguard[llama_cpp]"``;
+    or the packages the extra names, by themselves."""
+    clone, requires = "", list[str]()
+    for dist in metadata.distributions(name="pytest-genguard"):  # an editable clone's egg-info may come first
+        requires = requires or list(dist.requires or [])
+        try:
+            url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+        except ValueError:
+            continue
+        if isinstance(url, str) and url.startswith("file://"):
+            clone = url.removeprefix("file://")
+            break
+    where = "the clone genguard was installed from" if clone else "a clone of pytest-genguard"
+    extra = f'extra == "{name.replace("_", "-")}"'
+    packages = [r.split(";")[0].strip() for r in requires if extra in r.replace("'", '"')]
+    quoted = " ".join(f'"{p}"' for p in packages)
+    alone = f"; or the extra's packages alone: pip install {quoted}" if packages else ""
+    return f'pip install "{clone or "/path/to/pytest-genguard"}[{name}]" ({where}{alone})'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,9 +181,60 @@ class Engine:
             tok,
             reference,
             logits_processor=list(logits_processor),
-            engine=lambda trace, steps: _forced_logits(logits, trace, steps),
+            engine=lambda trace, steps: forced_engine_logits(logits, trace, steps),
         )
         return dataclasses.replace(actual, environment=self._environment(actual.environment, engine_dir))
+
+    def fidelity(
+        self,
+        model_dir: Path | str,
+        *,
+        reference: GenerationTrace,
+        budget: str | Mapping[str, Any] | Budget | None = None,
+        converted: Path | str | None = None,
+        exact: bool = True,
+        probe: bool = True,
+    ) -> FidelityReport:
+        """How far the engine's conversion is from the saved model, judged by `budget` (`pytest_genguard.fidelity`'s
+        presets and limits): every step of `reference`'s paths teacher forced through the engine and compared (a flip
+        counts; it never ends a path), the engine's full distribution known at every step. `exact`: the saved model
+        is the reference model (`reference` was recorded with it): it is teacher forced too, every figure exact over
+        the full vocabulary, and the long probe (`hf.long_probe`, `probe=False` leaves it out) reads a built-in text
+        of 2,048 tokens through both. Without it, the KLD is bounded by the trace's recorded top-k."""
+        folder = Path(model_dir)
+        model, tokenizer = _load_saved(folder, need_tokenizer=True)
+        assert tokenizer is not None
+        engine_dir = Path(converted) if converted is not None else self._converted(folder, model)
+        return self.fidelity_model(
+            model, tokenizer, reference=reference, converted=engine_dir, budget=budget, exact=exact, probe=probe
+        )
+
+    def fidelity_model(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        reference: GenerationTrace,
+        converted: Path | str | Logits,
+        budget: str | Mapping[str, Any] | Budget | None = None,
+        exact: bool = True,
+        probe: bool = True,
+    ) -> FidelityReport:
+        """`fidelity()` with the Hugging Face side loaded (`model`: the reference model when `exact`, else only its
+        config) and `converted` a conversion, or one already loaded (``genguard check-gguf`` keeps its own)."""
+        logits = converted if callable(converted) else self.backend.load(Path(converted))
+        steps = max((len(p.steps) for p in reference.prompts), default=0)
+        side = probe_judge(model, tokenizer, engine_chunks(logits)) if exact and probe else None
+        return judged_logits(
+            forced_engine_logits(logits, reference, steps),
+            tokenizer,
+            reference,
+            budget=budget,
+            reference_model=model if exact else None,
+            probe=side,
+            config=model.config,
+            where=f"{self.name}.fidelity()",
+        )
 
     def _environment(self, hf: Any, engine_dir: Path) -> dict[str, JSONScalar]:
         """The trace's environment: the host's fields, the engine's in place of the attention implementation."""
@@ -218,7 +291,7 @@ def _load_saved(folder: Path, *, need_tokenizer: bool) -> tuple[PreTrainedModel,
     return model, tokenizer
 
 
-def _forced_logits(logits: Logits, trace: GenerationTrace, steps: int) -> torch.Tensor:
+def forced_engine_logits(logits: Logits, trace: GenerationTrace, steps: int) -> torch.Tensor:
     """``[prompts, steps, vocab]``: the engine's logits at the positions that predict each recorded step (each
     prompt run on its own, unpadded; steps past a prompt's end stay zero and are never read)."""
     import torch
@@ -236,3 +309,16 @@ def _forced_logits(logits: Logits, trace: GenerationTrace, steps: int) -> torch.
         if p.steps and start >= 0:
             out[b, : len(p.steps)] = torch.from_numpy(row[start : start + len(p.steps)].astype("float32"))
     return out
+
+
+def engine_chunks(logits: Logits) -> ProbeLogits:
+    """An engine as a side of the long probe: its one pass over the ids, handed out `CHUNK` positions at a time."""
+
+    def chunks(ids: Sequence[int]) -> Iterator[torch.Tensor]:
+        import torch
+
+        (row,) = logits([list(ids)])
+        for start in range(0, len(ids), CHUNK):
+            yield torch.from_numpy(row[start : start + CHUNK].astype("float32", copy=False))
+
+    return chunks

@@ -1,5 +1,6 @@
-"""CTranslate2 (``pip install "pytest-genguard[ctranslate2]"``): converted with its own `TransformersConverter`, run
-in float32 on the CPU, scored with `Generator.forward_batch()` (the raw logits of whole sequences in one call)."""
+"""CTranslate2 (``pip install "/path/to/pytest-genguard[ctranslate2]"``, from a clone): converted with its own
+`TransformersConverter`, run in float32 on the CPU, scored with `Generator.forward_batch()` (the raw logits of whole
+sequences in one call)."""
 
 from __future__ import annotations
 

@@ -3,9 +3,13 @@ snapshots of the model it was converted from.
 
 Each snapshot's paths are teacher forced through llama.cpp (`pytest_genguard.engines.llama_cpp`), then judged by
 ``--budget``, or else by the GGUF's file type (`judgement()`): an F32 file by the float32 rule (f32 KV cache) or the
-fp16 preset (llama.cpp's f16 KV cache), a quantized file by its type's preset (``gguf-q4_k_m`` ...). Before that,
-the GGUF's tokenizer, special tokens and metadata are checked (`gguf_conformance`): a mismatch is stale, named,
-since no logit of a given id sequence shows it.
+fp16 preset (llama.cpp's f16 KV cache), a quantized file by its type's preset (``gguf-q4_k_m`` ...). Under a budget
+every step of every path is compared from llama.cpp's full distribution (a flip counts; it never ends a path): with
+``--model`` (the snapshot's own model) exactly over the full vocabulary, with the long probe (a built-in text of
+2,048 tokens, past any sliding window) read through both; without it, on the snapshot's recorded top-k (lower bounds,
+proven only against a calibrated snapshot). Exit codes: the one gate of `core.gate` (0 within, 1 outside, 2 bad
+input, 3 stale, 4 unproven). Before that, the GGUF's tokenizer, special tokens and metadata are checked
+(`gguf_conformance`): a mismatch is stale, named, since no logit of a given id sequence shows it.
 
 Kept apart from ``cli.py`` (which reads traces with the core alone): this command loads torch, transformers and
 llama-cpp-python, inside `run()` only.
@@ -20,13 +24,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, Budget, FidelityReport, parse_budget, traces_report
+from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, Budget, FidelityReport, parse_budget
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import EngineUnavailable, TraceFormatError
-from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_USAGE, EXIT_WITHIN
+from pytest_genguard.core.gate import (
+    EXIT_OUTSIDE,
+    EXIT_STALE,
+    EXIT_UNPROVEN,
+    EXIT_USAGE,
+    EXIT_WITHIN,
+    UNPROVEN,
+    exit_for,
+    gate_line,
+)
 from pytest_genguard.core.history import RecorderHistory
+from pytest_genguard.core.long_context import coverage
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Verdict
@@ -38,6 +52,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_REGRESSION",
     "EXIT_STALE",
+    "EXIT_UNPROVEN",
     "EXIT_USAGE",
     "BadInput",
     "GGUFJudge",
@@ -49,7 +64,6 @@ __all__ = [
 
 EXIT_OK = EXIT_WITHIN
 EXIT_REGRESSION = EXIT_OUTSIDE
-HELP = "judge a GGUF file through llama.cpp against snapshots (exit 0 hold, 1 regression, 2 bad input, 3 stale)"
 
 
 class BadInput(Exception):
@@ -79,7 +93,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="DIR",
         help="the snapshot model's save_pretrained folder: its config and tokenizer judge the GGUF's metadata and "
-        "tokenizer (default: transformers' reading of the GGUF, which checks the tokenizer only)",
+        "tokenizer, and the model itself is the reference: every figure exact, the long probe read through both "
+        "(default: transformers' reading of the GGUF, which checks the tokenizer only; figures bounded by the "
+        "snapshot's top-k)",
+    )
+    parser.add_argument(
+        "--no-long-probe",
+        action="store_true",
+        help="leave out the long probe (with --model: a built-in text of 2,048 tokens, or the model's context, read "
+        "through the model and the GGUF, judged by the same budget)",
     )
 
 
@@ -152,36 +174,69 @@ def _hf_side(gguf: Path, model_dir: Path | None) -> tuple[Any, Any]:
 
 @dataclass(frozen=True)
 class GGUFJudged:
-    """One snapshot judged on the GGUF: llama.cpp's trace along its paths, how it was judged (the float32 rule, or a
-    budget, and why), and the rule's comparison or the budget's report."""
+    """One snapshot judged on the GGUF: how it was judged (the float32 rule, or a budget, and why), and the rule's
+    comparison (with llama.cpp's trace along the snapshot's paths) or the budget's report (every step compared)."""
 
-    candidate: GenerationTrace
     how: str
+    candidate: GenerationTrace | None = None
     comparison: Comparison | None = None
     report: FidelityReport | None = None
+    coverage_line: str = ""
+    probe: FidelityReport | None = None
+    """The long probe of a file judged by the float32 rule, by `fp16` (`GGUFJudge._rule_probe`; a budget's probe is
+    in `report`)."""
+
+    @property
+    def status(self) -> str:
+        """`core.gate.STATUS_EXIT`'s key: within, outside, unproven (a budget) or holds, regression (the rule)."""
+        if self.report is not None:
+            return self.report.status
+        held = self.comparison is not None and self.comparison.ok and (self.probe is None or self.probe.holds)
+        return "holds" if held else "regression"
 
     @property
     def holds(self) -> bool:
-        if self.report is not None:
-            return self.report.holds
-        return self.comparison is not None and self.comparison.ok
+        """Proven within (a bound that proves nothing does not hold: `core.gate`)."""
+        return self.status in ("within", "holds")
 
     @property
     def verdict(self) -> Verdict:
         if self.report is not None:
             return Verdict.WITHIN_TOLERANCE if self.report.holds else Verdict.REGRESSION
         assert self.comparison is not None
+        if self.probe is not None and not self.probe.holds:
+            return Verdict.REGRESSION
         return self.comparison.verdict
 
+    def said(self) -> str:
+        """The verdict in words (unproven named as such)."""
+        return UNPROVEN if self.status == "unproven" else str(self.verdict)
+
     def __str__(self) -> str:
-        return str(self.report if self.report is not None else self.comparison)
+        if self.report is not None:
+            return f"{self.report}\n  {gate_line(self.report, in_process=WITH_MODEL)}"
+        lines = [str(self.comparison)] + ([f"  {self.coverage_line}"] if self.coverage_line else [])
+        if self.probe is not None:
+            m = self.probe.metrics
+            said = "within" if self.probe.holds else "OUTSIDE"
+            lines.append(
+                f"  long probe {said} fp16 (the float32 rule's allowance is a short path's rounding: over 2,048 "
+                f"positions llama.cpp's and torch's float32 sums drift past it): KLD mean {m['kld_mean']:.3g}, max "
+                f"{m['kld_max']:.3g}; {self.probe.budget}"
+            )
+        return "\n".join(lines)
 
 
-@dataclass(frozen=True)
+WITH_MODEL = "pass the snapshot's model folder (--model DIR, --genguard-gguf-model DIR): exact over the full vocabulary"
+"""How a GGUF's bound is proven with the reference model at hand (`core.gate.unproven_hint`)."""
+
+
+@dataclass
 class GGUFJudge:
     """A GGUF opened for judging snapshots: its llama.cpp engine (with its KV cache type), its file type, and the
     Hugging Face side (the model's config, generation settings and tokenizer: from `model_dir`, else as transformers
-    dequantizes the GGUF). `genguard check-gguf` and ``pytest --genguard-gguf`` open one and judge every snapshot."""
+    dequantizes the GGUF). With `model_dir` the model is the reference: a budget's figures are exact and the long probe
+    is read once (`probe`). `genguard check-gguf` and ``pytest --genguard-gguf`` open one and judge every snapshot."""
 
     path: Path
     kv_cache: str
@@ -190,10 +245,20 @@ class GGUFJudge:
     tokenizer: Any
     llama: Any
     model_dir: Path | None = None
+    probe: bool = True
+    _logits: Any = None
+    _probe: Any = None
+    _weights: str | None = None
 
     @classmethod
     def open(
-        cls, gguf: Path, *, kv_cache: str = "f16", model_dir: Path | None = None, budget: Budget | None = None
+        cls,
+        gguf: Path,
+        *,
+        kv_cache: str = "f16",
+        model_dir: Path | None = None,
+        budget: Budget | None = None,
+        probe: bool = True,
     ) -> GGUFJudge:
         """`BadInput` for a file that is not a GGUF or a model folder without a config; `EngineUnavailable` without
         the llama_cpp extra; with `budget` None, `BadInput` for a file type without a preset (`judgement()`). Each
@@ -211,7 +276,7 @@ class GGUFJudge:
             except ValueError as exc:
                 raise BadInput(f"GGUF {path}: {exc}") from None
         model, tokenizer = _hf_side(path, model_dir)
-        return cls(path, kv_cache, kind, model, tokenizer, llama, model_dir)
+        return cls(path, kv_cache, kind, model, tokenizer, llama, model_dir, probe)
 
     def mismatches(self, traces: Sequence[GenerationTrace]) -> list[Mismatch]:
         """What differs beyond the logits (stale): the tokenizer and the chat template on the snapshots' prompts, and
@@ -231,19 +296,74 @@ class GGUFJudge:
             return budget, f"budget {budget.name}"
         return judgement(self.file_type, self.kv_cache)
 
+    def logits(self) -> Any:
+        """llama.cpp's context on the file, loaded once."""
+        if self._logits is None:
+            self._logits = self.llama.backend.load(self.path)
+        return self._logits
+
+    def is_reference(self, reference: GenerationTrace) -> bool:
+        """Whether the model in process is `reference`'s own (the folder given and its weights the snapshot's)."""
+        if self.model_dir is None:
+            return False
+        if self._weights is None:
+            from pytest_genguard.hf.weights_hash import weights_hash
+
+            self._weights = weights_hash(self.model)
+        return reference.model is not None and reference.model.weights_hash == self._weights
+
+    def _probe_judge(self) -> Any:
+        if self._probe is None:
+            from pytest_genguard.engines.base import engine_chunks
+            from pytest_genguard.hf.long_probe import probe_judge
+
+            self._probe = probe_judge(self.model, self.tokenizer, engine_chunks(self.logits()))
+        return self._probe
+
     def judge(
         self, reference: GenerationTrace, *, budget: Budget | None = None, overrides: Overrides | None = None
     ) -> GGUFJudged:
         """`reference`'s paths teacher forced through llama.cpp and judged: by `budget`, else by the file type; the
-        float32 rule under `overrides` (a test's tolerances)."""
+        float32 rule under `overrides` (a test's tolerances). Under a budget every step is compared, exactly when the
+        model in process is the snapshot's, with the long probe (read once per judge)."""
         limits, why = self.judgement(budget)
-        candidate = self.llama.record_model(self.model, self.tokenizer, reference=reference, converted=self.path)
         if limits is None:
+            candidate = self.llama.record_model(self.model, self.tokenizer, reference=reference, converted=self.path)
             args = (overrides or Overrides()).args()
-            return GGUFJudged(
-                candidate, why, comparison=compare(reference, candidate, check_fingerprints=False, **args)
-            )
-        return GGUFJudged(candidate, why, report=traces_report(reference, candidate, limits))
+            cmp = compare(reference, candidate, check_fingerprints=False, **args)
+            probe = self._rule_probe() if self.probe and self.model_dir is not None else None
+            return GGUFJudged(why, candidate, comparison=cmp, coverage_line=self._coverage(reference), probe=probe)
+        from pytest_genguard.engines.base import forced_engine_logits
+        from pytest_genguard.hf.fidelity import judged_logits
+
+        exact = self.is_reference(reference)
+        steps = max((len(p.steps) for p in reference.prompts), default=0)
+        report = judged_logits(
+            forced_engine_logits(self.logits(), reference, steps),
+            self.tokenizer,
+            reference,
+            budget=limits,
+            reference_model=self.model if exact else None,
+            probe=self._probe_judge() if self.probe and self.model_dir is not None else None,
+            config=self.model.config,
+            where="check-gguf",
+        )
+        if self.model_dir is not None and not exact:
+            why += "; bounded by the snapshot's top-k: the --model folder's weights are not the snapshot's model's"
+        return GGUFJudged(why, report=report)
+
+    def _rule_probe(self) -> FidelityReport:
+        """The long probe of a file judged by the float32 rule, judged by `fp16` on the probe instead: the rule's
+        allowance is a short path's rounding, and llama.cpp's and torch's float32 sums drift past it over 2,048
+        positions with no bug (3.4e-5 in a logprob at position 401 on SmolLM2's F32 file, f32 KV cache)."""
+        report: FidelityReport = self._probe_judge()(PRESETS["fp16"])[0]
+        return report
+
+    def _coverage(self, reference: GenerationTrace) -> str:
+        from pytest_genguard.hf.long_probe import window_and_context
+
+        window, context = window_and_context(self.model.config)
+        return coverage(reference, sliding_window=window, context=context).line()
 
 
 def check(
@@ -253,9 +373,10 @@ def check(
     budget: str | None = None,
     kv_cache: str = "f16",
     model_dir: Path | None = None,
+    probe: bool = True,
     out: IO[str] | None = None,
 ) -> int:
-    """The command's work; returns its exit code (bad input raises `BadInput`)."""
+    """The command's work; returns its exit code (`core.gate`; bad input raises `BadInput`)."""
     stream = out if out is not None else sys.stdout
     limits = None
     if budget is not None:
@@ -266,37 +387,47 @@ def check(
     path = _gguf(gguf)
     traces = _traces(snapshots)
     try:
-        judge = GGUFJudge.open(path, kv_cache=kv_cache, model_dir=model_dir, budget=limits)
+        judge = GGUFJudge.open(path, kv_cache=kv_cache, model_dir=model_dir, budget=limits, probe=probe)
     except EngineUnavailable as exc:
         raise BadInput(str(exc)) from None
     _, why = judge.judgement(limits)
     stream.write(f"judged by {why if budget is None else f'--budget {budget}'}\n")
     if model_dir is None:
-        stream.write("metadata: not checked (without --model the config is the GGUF's own)\n")
+        stream.write(
+            "metadata: not checked, figures bounded by the snapshots' top-k, no long probe (without --model the "
+            "config is the GGUF's own and the reference model is not in process)\n"
+        )
+    elif not probe:
+        stream.write("long probe: left out (--no-long-probe)\n")
     mismatches = judge.mismatches([t for _, t in traces])
     for mismatch in mismatches:
         stream.write(f"stale: {mismatch}\n")
-    regressed = False
+    statuses = ["stale"] if mismatches else []
     for name, reference in traces:
         judged = judge.judge(reference, budget=limits)
         where = f"{name} -> {path.name} ({judge.file_type}, KV cache {kv_cache})"
-        regressed |= not judged.holds
+        statuses.append(judged.status)
         if judged.report is None:
             stream.write(f"{where}: {'holds' if judged.holds else 'REGRESSION'} (float32 rule)\n{judged}\n")
         else:
-            # Within on lower bounds only still exits 0 here (unlike check-server's 4): llama.cpp's path ends where it
-            # leaves the snapshot's, so a correct quantized file is rarely complete; the line says which it is.
-            said = {"within": "holds", "unproven": "holds (on lower bounds only)"}.get(judged.report.status)
-            stream.write(f"{where}: {said or 'OUTSIDE THE BUDGET'}\n{judged}\n")
-    if regressed:
-        return EXIT_REGRESSION
-    return EXIT_STALE if mismatches else EXIT_OK
+            said = {"within": "within", "unproven": "UNPROVEN (within on lower bounds only, which proves nothing)"}
+            stream.write(f"{where}: {said.get(judged.status, 'OUTSIDE THE BUDGET')}\n{judged}\n")
+    code = exit_for(statuses)
+    stream.write(f"{len(traces)} snapshots: exit {code}\n")
+    return code
 
 
 def run(args: argparse.Namespace) -> int:
     """`genguard check-gguf` from parsed arguments: its exit code, bad input reported on stderr (2)."""
     try:
-        return check(args.gguf, args.snapshots, budget=args.budget, kv_cache=args.kv_cache, model_dir=args.model)
+        return check(
+            args.gguf,
+            args.snapshots,
+            budget=args.budget,
+            kv_cache=args.kv_cache,
+            model_dir=args.model,
+            probe=not args.no_long_probe,
+        )
     except BadInput as exc:
         sys.stderr.write(f"genguard check-gguf: {exc}\n")
         return EXIT_USAGE

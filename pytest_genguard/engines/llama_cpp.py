@@ -1,6 +1,6 @@
-"""llama.cpp through llama-cpp-python (``pip install "pytest-genguard[llama_cpp]"``): the GGUF file that llama.cpp,
-Ollama and LM Studio users run, teacher forced in process with ``Llama(model_path, logits_all=True)``: one
-``eval(ids)`` per prompt path, every position's logits from ``scores``.
+"""llama.cpp through llama-cpp-python (``pip install "/path/to/pytest-genguard[llama_cpp]"``, from a clone): the GGUF
+file that llama.cpp, Ollama and LM Studio users run, teacher forced in process with
+``Llama(model_path, logits_all=True)``: one ``eval(ids)`` per prompt path, every position's logits from ``scores``.
 
 A `save_pretrained` folder is converted with llama.cpp's own ``convert_hf_to_gguf.py`` (``--outtype`` f32, bf16 or
 q8_0), vendored in llama-cpp-python's source distribution, and for the k-quants and Q4_1 (q6_k, q5_k_m, q4_k_m,

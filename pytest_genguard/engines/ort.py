@@ -1,6 +1,6 @@
-"""ONNX Runtime (``pip install "pytest-genguard[onnxruntime]"``): the model exported with `torch.onnx.export` (no KV
-cache: every call scores a whole sequence, which is all teacher forcing needs), run by an `InferenceSession` on the
-CPU in float32.
+"""ONNX Runtime (``pip install "/path/to/pytest-genguard[onnxruntime]"``, from a clone): the model exported with
+`torch.onnx.export` (no KV cache: every call scores a whole sequence, which is all teacher forcing needs), run by an
+`InferenceSession` on the CPU in float32.
 
 The export feeds `position_ids` and an all-ones attention mask as the graph's inputs: without the mask transformers 5
 looks for packed sequences with `aten::diff`, which the TorchScript exporter cannot export, and traced positions

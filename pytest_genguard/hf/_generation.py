@@ -21,6 +21,7 @@ from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.trace import PromptTrace, Step, Support
 from pytest_genguard.hf import inputs as checks, raw_logits_guard
 from pytest_genguard.hf.decoding_settings import SETTING_KEYS, float_setting, int_setting, mode, trace_settings
+from pytest_genguard.hf.kernel_limits import named_failure
 
 if TYPE_CHECKING:
     import torch
@@ -133,7 +134,8 @@ def processor_names(processors: Any) -> str | None:
 def inference(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None = None, padding_side: str | None = None
 ) -> Iterator[None]:
-    """Eval mode and no_grad (and, with `tokenizer`, its padding side) for the block; everything restored afterwards."""
+    """Eval mode and no_grad (and, with `tokenizer`, its padding side) for the block; everything restored afterwards.
+    A kernel set that cannot run the model's attention raises `KernelSetUnsupported` (`hf.kernel_limits`)."""
     import torch
 
     was_training = bool(getattr(model, "training", False))
@@ -149,6 +151,11 @@ def inference(
     try:
         with torch.no_grad():
             yield
+    except RuntimeError as exc:
+        named = named_failure(exc, model)
+        if named is None:
+            raise
+        raise named from exc
     finally:
         if tokenizer is not None:
             tokenizer.padding_side = old_side

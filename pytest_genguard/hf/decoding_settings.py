@@ -24,8 +24,7 @@ __all__ = [
     "mode",
     "other_settings",
     "readable_setting",
-    "requested_known_settings",
-    "requested_other_settings",
+    "requested_settings",
     "trace_settings",
 ]
 
@@ -187,21 +186,15 @@ def float_setting(value: JSONScalar, default: float) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
-def requested_other_settings(base: GenerationConfig, generate_kwargs: Mapping[str, Any]) -> dict[str, JSONScalar]:
-    """The settings outside `SETTING_KEYS` that record() would store for `generate_kwargs` on top of `base` (the
-    model's generation config, or the `generation_config=` given): what a verify() call asks for, to tell a
-    changed test argument from a changed model."""
-    return _other_settings(_requested_config(base, generate_kwargs))
-
-
-def requested_known_settings(base: GenerationConfig, generate_kwargs: Mapping[str, Any]) -> dict[str, JSONScalar]:
-    """The `SETTING_KEYS` values record() would store for the ones `generate_kwargs` set, normalized as it stores
-    them (``do_sample=False`` is stored as unset)."""
-    known = _known_settings(_requested_config(base, generate_kwargs))
-    return {k: known[k] for k in generate_kwargs if k in known}
-
-
-def _requested_config(base: GenerationConfig, generate_kwargs: Mapping[str, Any]) -> GenerationConfig:
+def requested_settings(
+    base: GenerationConfig, generate_kwargs: Mapping[str, Any]
+) -> tuple[dict[str, JSONScalar], dict[str, JSONScalar]]:
+    """What record() would store for `generate_kwargs` on top of `base` (the model's generation config, or the
+    `generation_config=` given), read off one generation config built once: the settings outside `SETTING_KEYS`,
+    and the `SETTING_KEYS` values of the ones `generate_kwargs` set, normalized as record() stores them
+    (``do_sample=False`` is stored as unset). What a verify() call asks for, to tell a changed test argument from a
+    changed model."""
     config = copy.deepcopy(generate_kwargs.get("generation_config") or base)
     config.update(**{k: v for k, v in generate_kwargs.items() if k != "generation_config"})
-    return config
+    known = _known_settings(config)
+    return _other_settings(config), {k: known[k] for k in generate_kwargs if k in known}

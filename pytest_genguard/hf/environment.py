@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.environments import LIBRARY_FIELDS, LOGPROBS_FIELD, SCORES_FIELD
 from pytest_genguard.core.jsontext import JSONScalar
-from pytest_genguard.hf.fingerprint import has_parameters, model_dtype
+from pytest_genguard.hf.fingerprint import model_dtype
+from pytest_genguard.hf.weights_hash import has_parameters
 
 if TYPE_CHECKING:
     import torch

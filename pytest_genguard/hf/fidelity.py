@@ -12,7 +12,7 @@ definitions and the budgets are in `core/fidelity.py` and `core/budget.py`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.budget import (
@@ -24,8 +24,11 @@ from pytest_genguard.core.budget import (
     calibration_key,
 )
 from pytest_genguard.core.fidelity import StepFidelity, aggregate, bounded_step
+from pytest_genguard.core.long_context import coverage
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.hf._generation import token_texts
+from pytest_genguard.hf.full_vocabulary import exact_steps, tops
+from pytest_genguard.hf.long_probe import ProbeJudge, model_chunks, probe_judge, window_and_context
 from pytest_genguard.hf.reference_copies import reference_copy
 from pytest_genguard.hf.teacher import forced_logits
 
@@ -33,9 +36,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["calibrate", "calibration_figures", "fidelity", "fidelity_steps"]
-
-_SHOWN = 5  # top-k of each side kept per step for the failure text
+__all__ = ["calibrate", "calibration_figures", "fidelity", "fidelity_steps", "judged_logits", "steps_from_logits"]
 
 
 def fidelity(
@@ -45,6 +46,7 @@ def fidelity(
     *,
     budget: str | Mapping[str, Any] | Budget | None = None,
     reference_model: PreTrainedModel | None = None,
+    probe: bool = True,
 ) -> FidelityReport:
     """How far `model` is from the model that recorded `reference`, teacher forced along its paths.
 
@@ -54,27 +56,65 @@ def fidelity(
     precision costs (`calibrate`): taken from `reference` when it stores them, else measured on `reference_model`;
     with neither, the preset's fixed limits apply and the report says so. `reference_model` (the model the trace
     was recorded with, in process) makes every metric exact; without it the KLD is a lower bound from the trace's
-    recorded top-k, and the report says so.
+    recorded top-k, and the report says so. With `reference_model` the long probe (`hf.long_probe`: a built-in text
+    of 2,048 tokens, past any sliding window) is read through both models too and judged by the same budget
+    (`probe=False` leaves it out).
     """
     if not isinstance(reference, GenerationTrace):
         raise TypeError(
             f"fidelity(): reference must be a GenerationTrace (from record() or GenerationTrace.from_json()), "
             f"got {type(reference).__name__}"
         )
-    limits = budget_of(budget, where="fidelity()")
+    side = None
+    if probe and reference_model is not None:
+        side = probe_judge(reference_model, tokenizer, model_chunks(model))
+    return judged_logits(
+        forced_logits(model, tokenizer, reference),
+        tokenizer,
+        reference,
+        budget=budget,
+        reference_model=reference_model,
+        probe=side,
+        config=(reference_model if reference_model is not None else model).config,
+    )
+
+
+def judged_logits(
+    candidate: torch.Tensor,
+    tokenizer: PreTrainedTokenizerBase,
+    reference: GenerationTrace,
+    *,
+    budget: str | Mapping[str, Any] | Budget | None,
+    reference_model: PreTrainedModel | None = None,
+    probe: ProbeJudge | None = None,
+    config: Any = None,
+    where: str = "fidelity()",
+) -> FidelityReport:
+    """The report on a candidate whose raw logits along `reference`'s paths are `candidate` (``[prompts, steps,
+    vocab]``: a torch model's `forced_logits`, an engine's): every step compared, the candidate's full distribution
+    known (complete), exact with `reference_model`. `probe` is the candidate's long probe (`hf.long_probe.probe_judge`),
+    judged by the budget as given; `config` gives the sliding window and context of the coverage line."""
+    limits = budget_of(budget, where=where)
+    raw = limits
     if limits is not None and limits.precision is not None and limits.ratios:
         calibration = _calibration(reference, limits.precision, reference_model, tokenizer)
         limits = limits.calibrated(calibration, bounded=reference_model is None)
-    steps = fidelity_steps(model, tokenizer, reference, reference_model=reference_model)
+    base = None if reference_model is None else forced_logits(reference_model, tokenizer, reference)
+    steps = steps_from_logits(candidate, reference, base)
+    window, context = window_and_context(config) if config is not None else (None, None)
+    judged_probe = info = None
+    if probe is not None:
+        judged_probe, info = probe(raw)
     ids = {i for s in steps for i, _ in (*s.reference_top, *s.candidate_top)} | {s.token_id for s in steps}
-    texts = token_texts(tokenizer, sorted(ids))
-    return FidelityReport(tuple(steps), limits, token_texts=texts, prompts=tuple(p.prompt for p in reference.prompts))
-
-
-def _tops(logprobs: torch.Tensor) -> list[tuple[tuple[int, float], ...]]:
-    """Each step's top-k (id, logprob), best first, for the failure text."""
-    values, ids = logprobs.topk(min(_SHOWN, logprobs.shape[-1]), dim=-1)
-    return [tuple(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
+    return FidelityReport(
+        tuple(steps),
+        limits,
+        token_texts=token_texts(tokenizer, sorted(ids)),
+        prompts=tuple(p.prompt for p in reference.prompts),
+        coverage=coverage(reference, sliding_window=window, context=context),
+        probe=judged_probe,
+        probe_info=info,
+    )
 
 
 def fidelity_steps(
@@ -83,53 +123,57 @@ def fidelity_steps(
     reference: GenerationTrace,
     *,
     reference_model: PreTrainedModel | None = None,
+    forced: torch.Tensor | None = None,
 ) -> list[StepFidelity]:
-    """The per-step metrics of `fidelity()` (exact with `reference_model`, else with the KLD bounded). The float64
-    work runs one prompt at a time: ``[steps, vocab]`` in float64, not the whole batch."""
+    """The per-step metrics of `fidelity()` (exact with `reference_model`, else with the KLD bounded). `forced`:
+    `model`'s `forced_logits` along `reference`, when the caller has them already (calibration judges one copy both
+    ways)."""
+    candidate = forced_logits(model, tokenizer, reference) if forced is None else forced
+    base = None if reference_model is None else forced_logits(reference_model, tokenizer, reference)
+    return steps_from_logits(candidate, reference, base)
+
+
+def steps_from_logits(
+    candidate: torch.Tensor, reference: GenerationTrace, base: torch.Tensor | None = None
+) -> list[StepFidelity]:
+    """Every step of every reference path from the candidate's raw logits ``[prompts, steps, vocab]`` (a flip is
+    counted, never the end of a path): exact against the reference model's logits `base`, else the KLD bounded over
+    the trace's recorded top-k (the candidate's side complete). The float64 work runs one prompt at a time."""
     import torch
 
-    candidate = forced_logits(model, tokenizer, reference)
-    base = None if reference_model is None else forced_logits(reference_model, tokenizer, reference)
+    if base is not None and base.shape[-1] != candidate.shape[-1]:
+        raise ValueError(
+            f"the candidate's vocabulary has {candidate.shape[-1]} tokens, the reference model's {base.shape[-1]}: "
+            "they are not the same model's (compare a candidate with the model it was converted from)"
+        )
     out: list[StepFidelity] = []
     for b, p in enumerate(reference.prompts):
         n = len(p.steps)
         if n == 0:
             continue
-        token = torch.tensor(p.token_ids, dtype=torch.long).unsqueeze(-1)
+        tokens = list(p.token_ids)
         lq = torch.log_softmax(candidate[b, :n].double(), dim=-1).cpu()
-        lq_token = lq.gather(-1, token)
-        rank = (lq > lq_token).sum(-1).tolist()
-        top1 = lq.argmax(-1).tolist()  # the first of tied ids, as greedy decoding picks (topk may order ties else)
-        cand_top = _tops(lq)
         if base is None:
-            for t, step in enumerate(p.steps):
-                known = sorted({*step.top_ids, step.token_id})
-                q = dict(zip(known, lq[t, known].tolist(), strict=True))
-                out.append(bounded_step(b, t, step, q, candidate_top=cand_top[t], rank=rank[t], top1=top1[t]))
-            continue
-        lp = torch.log_softmax(base[b, :n].double(), dim=-1).cpu()
-        p_full = lp.exp()
-        kld = torch.where(p_full > 0, p_full * (lp - lq), torch.zeros_like(lp)).sum(-1).clamp(min=0.0).tolist()
-        delta_p = (lq_token.exp() - lp.gather(-1, token).exp()).squeeze(-1).tolist()
-        ref_top1 = lp.argmax(-1).tolist()
-        ref_top = _tops(lp)
-        for t in range(n):
-            out.append(
-                StepFidelity(
-                    prompt=b,
-                    step=t,
-                    token_id=p.steps[t].token_id,
-                    kld=kld[t],
-                    delta_p=delta_p[t],
-                    reference_top1=ref_top1[t],
-                    candidate_top1=top1[t],
-                    rank=rank[t],
-                    covered=1.0,
-                    exact=True,
-                    reference_top=ref_top[t],
-                    candidate_top=cand_top[t],
-                )
-            )
+            out += _bounded(b, p.steps, lq)
+        else:
+            out += exact_steps(torch.log_softmax(base[b, :n].double(), dim=-1).cpu(), lq, tokens, prompt=b)
+    return out
+
+
+def _bounded(prompt: int, steps: Sequence[Any], lq: torch.Tensor) -> list[StepFidelity]:
+    """A path's steps against the trace's recorded top-k: the candidate's full float64 logprobs `lq` ``[steps, V]``
+    give its side of every known id (complete)."""
+    import torch
+
+    token = torch.tensor([s.token_id for s in steps], dtype=torch.long).unsqueeze(-1)
+    rank = (lq > lq.gather(-1, token)).sum(-1).tolist()
+    top1 = lq.argmax(-1).tolist()  # the first of tied ids, as greedy decoding picks (topk may order ties else)
+    cand_top = tops(lq)
+    out = []
+    for t, step in enumerate(steps):
+        known = sorted({*step.top_ids, step.token_id})
+        q = dict(zip(known, lq[t, known].tolist(), strict=True))
+        out.append(bounded_step(prompt, t, step, q, candidate_top=cand_top[t], rank=rank[t], top1=top1[t]))
     return out
 
 
@@ -156,14 +200,15 @@ def calibration_figures(
     (`hf.reference_copies.reference_copy`) costs against `model` along `trace`'s paths, exactly (`trace` must have
     been recorded with `model`); and as the lower bounds over the trace's recorded top-k that a check without the
     model measures (``"bf16.bound.kld_mean"``), unless `bounds` is False (a judgement with the reference model in
-    process is exact and needs none: one teacher-forced pass less)."""
+    process is exact and needs none). Each copy is teacher forced once: both figures come from its forced logits."""
     out: dict[str, float] = {}
     for precision in precisions:
         candidate = reference_copy(model, precision)
-        metrics = aggregate(fidelity_steps(candidate, tokenizer, trace, reference_model=model))
+        forced = forced_logits(candidate, tokenizer, trace)
+        metrics = aggregate(fidelity_steps(candidate, tokenizer, trace, reference_model=model, forced=forced))
         # The same copy as a server or a trace-only check sees it: lower bounds over the trace's recorded top-k.
-        bounded = aggregate(fidelity_steps(candidate, tokenizer, trace)) if bounds else None
-        del candidate
+        bounded = aggregate(fidelity_steps(candidate, tokenizer, trace, forced=forced)) if bounds else None
+        del candidate, forced
         for key in CALIBRATED_METRICS:
             out[calibration_key(precision, key)] = float(metrics[key])
             if bounded is not None and key.startswith("kld"):

@@ -35,7 +35,7 @@ from pytest_genguard.hf.cache import (
     save_model_entry,
 )
 from pytest_genguard.hf.environment import cpu_capability
-from pytest_genguard.hf.fingerprint import config_hash, model_fingerprint, tokenizer_fingerprint, weights_hash
+from pytest_genguard.hf.fingerprint import config_hash, model_fingerprint
 from pytest_genguard.hf.inputs import torch_device
 from pytest_genguard.hf.pins import (
     HISTORY_FILE,
@@ -58,7 +58,9 @@ from pytest_genguard.hf.recipe import (
     recipe_inputs,
 )
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+from pytest_genguard.hf.tokenizer_hash import tokenizer_fingerprint
 from pytest_genguard.hf.training import train, training_defaults
+from pytest_genguard.hf.weights_hash import weights_hash
 
 if TYPE_CHECKING:
     import torch

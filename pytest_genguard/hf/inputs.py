@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.validation import integer, short
 from pytest_genguard.hf.environment import cuda_unavailable_reason
-from pytest_genguard.hf.fingerprint import has_parameters, weights_folder
+from pytest_genguard.hf.weights_hash import has_parameters, weights_folder
 
 if TYPE_CHECKING:
     import torch

@@ -35,8 +35,9 @@ from pytest_genguard.hf._generation import (
     token_texts,
 )
 from pytest_genguard.hf.environment import environment, model_device
-from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
+from pytest_genguard.hf.fingerprint import model_fingerprint
 from pytest_genguard.hf.sampled_support import sampled_supports
+from pytest_genguard.hf.tokenizer_hash import tokenizer_fingerprint
 
 if TYPE_CHECKING:
     import torch

@@ -14,7 +14,9 @@ import random
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.hf.fingerprint import legacy_tokenizer_hash, model_dtype, weights_hash
+from pytest_genguard.hf.fingerprint import model_dtype
+from pytest_genguard.hf.tokenizer_hash import legacy_tokenizer_hash
+from pytest_genguard.hf.weights_hash import weights_hash
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainingArguments

@@ -27,9 +27,10 @@ from pytest_genguard.hf._generation import (
     token_texts,
 )
 from pytest_genguard.hf.environment import environment
-from pytest_genguard.hf.fingerprint import model_fingerprint, tokenizer_fingerprint
+from pytest_genguard.hf.fingerprint import model_fingerprint
 from pytest_genguard.hf.forced_processors import apply_along_path
 from pytest_genguard.hf.rebuilt_processors import build_processors, model_eos_ids
+from pytest_genguard.hf.tokenizer_hash import tokenizer_fingerprint
 
 if TYPE_CHECKING:
     import torch

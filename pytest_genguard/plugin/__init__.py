@@ -111,7 +111,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--genguard-gguf-model",
         metavar="DIR",
         default=None,
-        help="the snapshots' model as save_pretrained wrote it: --genguard-gguf also checks the GGUF's metadata.",
+        help="the snapshots' model as save_pretrained wrote it: --genguard-gguf also checks the GGUF's metadata, "
+        "judges exactly (full vocabulary) and reads the long probe through both.",
+    )
+    group.addoption(
+        "--genguard-gguf-no-probe",
+        action="store_true",
+        default=False,
+        help="leave out the long probe (a built-in text of 2,048 tokens through the GGUF and --genguard-gguf-model).",
     )
     parser.addini("genguard_atol", "absolute tolerance for logprobs (default: by dtype)", default="")
     parser.addini("genguard_rtol", "relative tolerance for logprobs (default: by dtype)", default="")

@@ -7,8 +7,11 @@ with ``--genguard-gguf-model`` its metadata: a mismatch is stale), then the snap
 through llama.cpp in process (`pytest_genguard.engines.gguf_check.GGUFJudge`) and judged: by the test's
 ``@pytest.mark.genguard(fidelity=...)`` budget, else as ``genguard check-gguf`` judges the file's type (an F32 file by
 the comparison rule under the test's tolerances, a quantized one by its type's preset). The GGUF, its llama.cpp
-context and its Hugging Face side are opened once per session. The outcome is a ``snapshot`` event with
-``via: "gguf"``.
+context and its Hugging Face side are opened once per session. A budget goes through the one gate of `core.gate`:
+within (proven) passes; outside, and unproven (within on the snapshot's top-k bounds only, which proves nothing),
+fail the assertion, the latter naming how to prove it. With ``--genguard-gguf-model`` the figures are exact and the
+long probe (a built-in text of 2,048 tokens, read once per session; ``--genguard-gguf-no-probe`` leaves it out) is
+judged with every snapshot. The outcome is a ``snapshot`` event with ``via: "gguf"``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ def _judge(config: pytest.Config) -> Any:
 
         current = settings(config)
         assert current.gguf is not None
-        judge = GGUFJudge.open(current.gguf, kv_cache=current.gguf_kv_cache, model_dir=current.gguf_model)
+        judge = GGUFJudge.open(
+            current.gguf, kv_cache=current.gguf_kv_cache, model_dir=current.gguf_model, probe=current.gguf_probe
+        )
         config.stash[_JUDGE] = judge
     return judge
 
@@ -77,12 +82,13 @@ def judge_stored(
         lines.append("  the GGUF is not the model the snapshot was recorded on: convert it again, or re-record")
         _emit(Verdict.STALE, lines, name, failure=True)
         return lines
-    head = f"genguard snapshot {name!r} ({source}) on the GGUF ({where}): {judged.verdict}, judged by {judged.how}"
+    head = f"genguard snapshot {name!r} ({source}) on the GGUF ({where}): {judged.said()}, judged by {judged.how}"
     lines = [head, *str(judged).splitlines()]
     if judged.holds:
         _emit(judged.verdict, lines, name, failure=False)
         return None
-    _emit(judged.verdict, lines, name, failure=True, expected=stored, actual=judged.candidate.to_json())
+    traces = {} if judged.candidate is None else {"expected": stored, "actual": judged.candidate.to_json()}
+    _emit(judged.verdict, lines, name, failure=True, **traces)
     return lines
 
 

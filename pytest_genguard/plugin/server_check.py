@@ -4,13 +4,14 @@ trace, without editing the tests (``assert trace == genguard_snapshot`` and ``ge
 After the test's own check holds, the stored snapshot's prompts are teacher forced through the server
 (`pytest_genguard.serving`) and judged as the test judges in process: by the comparison rule under the test's
 tolerances (its ``genguard`` marker on the ini options, `settings.tolerance_overrides`), or, under
-``@pytest.mark.genguard(fidelity=...)``, by that budget (`fidelity_marker.marker_budget`; it holds as in process,
-and the event says whether on lower bounds only). A sampled snapshot's sampler is judged too (its distribution after
-truncation along the path; ``--genguard-server-align-sampler`` sends the fields that align the server's sampler
-semantics): outside fails, unproven is said in the event. A regression, a budget broken, a stale server (another
-tokenizer) or a server that cannot answer fails the assertion with the server's explanation. The outcome is a
-``snapshot`` event with ``via: "server"``. Recorder histories are not judged (a server serves one model, not a
-training run). The server is probed once per session (`_server`), shared by every assertion.
+``@pytest.mark.genguard(fidelity=...)``, by that budget (`fidelity_marker.marker_budget`), through the one gate of
+`core.gate`: within (proven) passes; outside, and unproven (within on lower bounds only, which proves nothing: the
+failure names how to prove it), fail the assertion. A regression, a budget broken, a stale server (another tokenizer)
+or a server that cannot answer fails the assertion with the server's explanation. A sampled snapshot's sampler is
+judged too (its distribution after truncation along the path; ``--genguard-server-align-sampler`` sends the fields
+that align the server's sampler semantics), through the same gate: within passes, outside and unproven fail. The
+outcome is a ``snapshot`` event with ``via: "server"``. Recorder histories are not judged (a server serves one model,
+not a training run). The server is probed once per session (`_server`), shared by every assertion.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pytest_genguard.core import events
 from pytest_genguard.core.budget import Budget
 from pytest_genguard.core.errors import ServerError
 from pytest_genguard.core.events import CheckEvent
-from pytest_genguard.core.gate import gate_line
+from pytest_genguard.core.gate import UNPROVEN, gate_line
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Status, Verdict
@@ -63,7 +64,7 @@ def judge_stored(
     current = settings(config)
     if current.server is None:
         return None
-    from pytest_genguard.serving.check import judge, worst_share  # the HTTP side loads with the option only
+    from pytest_genguard.serving.check import ON_A_SERVER, judge, worst_share  # the HTTP side: with the option only
 
     server = f"--genguard-server {current.server}"
     try:
@@ -87,27 +88,29 @@ def judge_stored(
         _emit(Verdict.STALE, lines, name, failure=True)
         return lines
     sampler = judged.sampler
-    if sampler is not None and (judged.comparison is None or sampler.status == "outside"):
+    if sampler is not None and (judged.comparison is None or sampler.status != "within"):
         return _sampler_outcome(judged.verdict, sampler.lines(), name, source, server, sampler.status)
     assert judged.comparison is not None
     comparison = judged.comparison
     if judged.report is not None:
         report = judged.report
-        head = f"genguard snapshot {name!r} ({source}) on the server ({server}): {judged.verdict}"
-        lines = [head, *str(report).splitlines(), f"  {gate_line(report)}"]
-        if report.holds:
+        said = UNPROVEN if report.status == "unproven" else str(judged.verdict)
+        head = f"genguard snapshot {name!r} ({source}) on the server ({server}): {said}"
+        lines = [head, *str(report).splitlines(), f"  {gate_line(report, in_process=ON_A_SERVER)}"]
+        if report.status == "within":
             _emit(judged.verdict, lines, name, failure=False)
             return None
-        lines.append(
-            "  if the server is meant to be this far, loosen the budget (@pytest.mark.genguard(fidelity={...}))"
-        )
+        if report.status == "outside":
+            lines.append(
+                "  if the server is meant to be this far, loosen the budget (@pytest.mark.genguard(fidelity={...}))"
+            )  # unproven: the gate line above names how to prove it (a bound that proves nothing is no pass)
         _emit(judged.verdict, lines, name, failure=True, expected=stored, actual=comparison.actual.to_json())
         return lines
     share, where = worst_share(comparison)
     head = f"genguard snapshot {name!r} ({source}) on the server ({server}): {comparison.verdict}"
     if comparison.ok:
-        said = [f"{head}; worst drift {share:.2%} of the allowance ({where})", *(sampler.lines() if sampler else ())]
-        _emit(comparison.verdict, said, name, failure=False)
+        held = [f"{head}; worst drift {share:.2%} of the allowance ({where})", *(sampler.lines() if sampler else ())]
+        _emit(comparison.verdict, held, name, failure=False)
         return None
     lines = [head, *str(comparison).splitlines()]
     if comparison.dtype_change is not None:
@@ -122,12 +125,12 @@ def judge_stored(
 def _sampler_outcome(
     verdict: Verdict, lines: list[str], name: str, source: str, server: str, status: str
 ) -> list[str] | None:
-    """A sampled snapshot's sampler on the server: outside fails the assertion with its lines (the cause, the fix and
-    what was sent); within or unproven passes, the event saying which."""
-    head = f"genguard snapshot {name!r} ({source}) on the server ({server}): sampler {status}"
-    said = [head, *lines]
-    _emit(verdict, said, name, failure=status == "outside")
-    return said if status == "outside" else None
+    """A sampled snapshot's sampler on the server (checked after its raw values held, or alone where the server
+    cannot teacher force): within passes; outside (its cause, fix and what was sent) and unproven (a support the
+    server did not show) fail the assertion, as the one gate does."""
+    said = [f"genguard snapshot {name!r} ({source}) on the server ({server}): sampler {status}", *lines]
+    _emit(verdict, said, name, failure=status != "within")
+    return None if status == "within" else said
 
 
 def _emit(verdict: Verdict | Status, lines: list[str], name: str, *, failure: bool, **fields: Any) -> None:

@@ -135,6 +135,7 @@ class Settings:
     gguf: Path | None = None  # --genguard-gguf: also judge this GGUF through llama.cpp against every snapshot
     gguf_kv_cache: str = "f16"
     gguf_model: Path | None = None
+    gguf_probe: bool = True  # not --genguard-gguf-no-probe: the long probe, with --genguard-gguf-model
 
     def tolerance_overrides(self) -> Overrides:
         """The ini tolerances that are set (the rest come from the dtype defaults)."""
@@ -240,6 +241,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         gguf=_existing(config, "genguard_gguf", "the .gguf file llama.cpp runs"),
         gguf_kv_cache=str(config.getoption("genguard_gguf_kv_cache") or "f16"),
         gguf_model=_existing(config, "genguard_gguf_model", "the folder save_pretrained wrote"),
+        gguf_probe=not config.getoption("genguard_gguf_no_probe", False),
     )
 
 

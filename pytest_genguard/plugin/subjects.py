@@ -20,7 +20,7 @@ from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf import prompt_forms
-from pytest_genguard.hf.decoding_settings import other_settings, requested_known_settings, requested_other_settings
+from pytest_genguard.hf.decoding_settings import other_settings, requested_settings
 from pytest_genguard.hf.verify import verify
 from pytest_genguard.plugin.snapshot import GenguardSnapshotExtension
 
@@ -135,9 +135,10 @@ class Recording:
         stored_others = other_settings(stored.settings)
         kept = (k for k in stored.settings if k not in stored_others and k != prompt_forms.CHAT_SETTING)
         changed = {k: stored.settings[k] for k in kept}
-        changed.update(requested_other_settings(model.generation_config, kwargs))
+        others, known = requested_settings(model.generation_config, kwargs)
+        changed.update(others)
         changed.update({"max_new_tokens": self.max_new_tokens, "record_top_k": self.top_k, "seed": self.seed})
-        changed.update(requested_known_settings(model.generation_config, kwargs))
+        changed.update(known)
         changed.update(chat)
         return dataclasses.replace(stored, prompts=new_prompts, settings=changed)
 

@@ -30,7 +30,15 @@ from pytest_genguard.core.budget import Budget, FidelityReport, traces_report
 from pytest_genguard.core.compare import Fingerprints, compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.errors import ServerStale
-from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_STALE, EXIT_UNPROVEN, EXIT_USAGE, EXIT_WITHIN, gate_line
+from pytest_genguard.core.gate import (
+    EXIT_OUTSIDE,
+    EXIT_STALE,
+    EXIT_UNPROVEN,
+    EXIT_USAGE,
+    EXIT_WITHIN,
+    exit_for,
+    gate_line,
+)
 from pytest_genguard.core.sampling import SamplerReport, SamplerSettings
 from pytest_genguard.core.tolerances import Overrides, Tolerances, dtype_default
 from pytest_genguard.core.trace import GenerationTrace
@@ -48,6 +56,7 @@ __all__ = [
     "EXIT_STALE",
     "EXIT_UNPROVEN",
     "EXIT_USAGE",
+    "ON_A_SERVER",
     "UNCAPPED_LOGPROBS",
     "CheckOptions",
     "Judged",
@@ -62,6 +71,8 @@ EXIT_OK = EXIT_WITHIN
 EXIT_REGRESSION = EXIT_OUTSIDE
 UNCAPPED_LOGPROBS = 20
 """Logprobs asked of a server that sets no cap (vLLM's own default cap)."""
+ON_A_SERVER = "ask the server for at least the snapshot's top-k logprobs at every step (--max-logprobs)"
+"""How a server's bound is proven, besides a calibrated snapshot (`core.gate.unproven_hint`)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +145,16 @@ def judge(
         tol = _sampler_tolerances(reference, server.info.dtype, overrides, budget)
         return Judged(label, None, None, sampler=judge_sampler(server, reference, align=align_sampler, tolerances=tol))
     try:
-        run = record_server(endpoint, reference, model=model, dtype=dtype, mode=mode, server=server, logprobs=logprobs)
+        run = record_server(
+            endpoint,
+            reference,
+            model=model,
+            dtype=dtype,
+            mode=mode,
+            server=server,
+            logprobs=logprobs,
+            every_step=budget is not None,  # a budget counts a flip and goes on; the rule explains the first one
+        )
     except ServerStale as exc:
         return Judged(label, None, None, stale=str(exc))
     judged = at_top_k(run.trace, top_k_of(reference))
@@ -179,15 +199,8 @@ def worst_share(cmp: Comparison) -> tuple[float, str]:
 
 def exit_code(judged: Sequence[Judged]) -> int:
     """1 when a snapshot regressed or broke its budget, else 3 when one is stale, else 4 when one holds its budget
-    on lower bounds only, else 0."""
-    statuses = {j.status for j in judged}
-    if statuses & {"regression", "outside"}:
-        return EXIT_REGRESSION
-    if "stale" in statuses:
-        return EXIT_STALE
-    if "unproven" in statuses:
-        return EXIT_UNPROVEN
-    return EXIT_OK
+    on lower bounds only, else 0 (`core.gate.exit_for`: the one gate)."""
+    return exit_for(j.status for j in judged)
 
 
 @dataclass(frozen=True)
@@ -264,7 +277,7 @@ def _raw_lines(result: Judged, label: str, cmp: Comparison, run: ServerRun) -> I
             f"max {m['kld_max']:.3g}{'' if report.exact else ' (lower bounds)'}; {dtype_note}"
         )
         yield f"  budget {report.budget}"  # its limits, and what they are relative to
-        yield f"  {gate_line(report)}"
+        yield f"  {gate_line(report, in_process=ON_A_SERVER)}"
         if report.status == "outside":
             yield "  " + str(report).replace("\n", "\n  ")
         return

@@ -20,11 +20,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from pytest_genguard.core.environments import NORMALIZER_FIELD, logprobs_epsilon
+from pytest_genguard.core.environments import NORMALIZER_FIELD
 from pytest_genguard.core.errors import ServerError, ServerStale
 from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.rule import Rule
 from pytest_genguard.core.text import quote
-from pytest_genguard.core.tolerances import canonical_dtype, dtype_default
+from pytest_genguard.core.tolerances import canonical_dtype
 from pytest_genguard.core.trace import CHAT_SETTING, GenerationTrace, PromptTrace, Step
 from pytest_genguard.serving.dtype import resolve_dtype
 from pytest_genguard.serving.http import Endpoint
@@ -82,6 +83,7 @@ def record_server(
     mode: str = "teacher forced",
     server: Server | None = None,
     logprobs: int | None = None,
+    every_step: bool = False,
 ) -> ServerRun:
     """The trace the server at `endpoint` gives for `reference`'s prompts, to compare with `reference`.
 
@@ -89,7 +91,9 @@ def record_server(
     server does not report it (default: inferred from the logprobs). `server` is the server as this run probed it
     (`servers.connect`; default: probed here, its API the one it answers to). `logprobs` is
     how many logprobs to ask for per step (default: the snapshot's top-k; more tightens a fidelity bound, and
-    `at_top_k` cuts the trace back for the comparison rule). Raises `ServerError` when the server cannot answer as
+    `at_top_k` cuts the trace back for the comparison rule). `every_step`: a teacher-forced path is scored at every
+    step (a fidelity budget's judgement: a flip counts, it does not end the path), not ended where the server prefers
+    another greedy token (the comparison rule's explanation). Raises `ServerError` when the server cannot answer as
     asked and `ServerStale` when its tokenizer differs.
     """
     if mode not in MODES:
@@ -126,7 +130,7 @@ def record_server(
             assert mapping.score is not None
             path = [s.token_id for s in p.steps]
             scored = mapping.score(endpoint, info, [*p.prompt_ids, *path], len(p.prompt_ids), k) if path else []
-            prompts.append(_forced(p, scored, greedy, reference))
+            prompts.append(_forced(p, scored, greedy and not every_step, reference))
         else:
             generated = mapping.generate(endpoint, info, p.prompt_ids, max(len(p.steps), 1), k)
             prompts.append(_regenerated(p, generated, reference))
@@ -249,8 +253,7 @@ def _forced(p: PromptTrace, scored: list[Scored], greedy: bool, reference: Gener
 def _holds(reference: GenerationTrace, recorded: Step, got: Scored) -> bool:
     """Whether the server's logprob of the recorded token is within the reference dtype's allowance of the recorded
     one (a split at a near tie is then the question; otherwise the moved logprob is)."""
-    rounding = logprobs_epsilon({}) * abs(recorded.lse or 0.0)
-    return dtype_default(reference.dtype).close(recorded.logprob, got.logprob, rounding)
+    return Rule.against(reference).holds(recorded.logprob, got.logprob, lse=recorded.lse)
 
 
 def _regenerated(p: PromptTrace, generated: Generated, reference: GenerationTrace) -> PromptTrace:

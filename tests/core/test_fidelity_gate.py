@@ -8,9 +8,17 @@ import math
 
 import trace_builder
 
-from pytest_genguard.core.budget import STATUSES, Budget, FidelityReport, traces_report
+from pytest_genguard.core.budget import STATUSES, Budget, FidelityReport, traces_report, worst_status
 from pytest_genguard.core.fidelity import StepFidelity, bounded_step
-from pytest_genguard.core.gate import EXIT_OUTSIDE, EXIT_UNPROVEN, EXIT_WITHIN, STATUS_EXIT, gate_line
+from pytest_genguard.core.gate import (
+    EXIT_OUTSIDE,
+    EXIT_STALE,
+    EXIT_UNPROVEN,
+    EXIT_WITHIN,
+    STATUS_EXIT,
+    exit_for,
+    gate_line,
+)
 
 REF = trace_builder.step([(5, math.log(0.7)), (6, math.log(0.2)), (7, math.log(0.05))])
 NEAR = trace_builder.step([(5, math.log(0.69)), (6, math.log(0.21)), (7, math.log(0.05))])
@@ -53,5 +61,42 @@ def test_a_lower_bound_above_a_limit_is_outside_proven_and_exits_1() -> None:
 
 
 def test_every_status_has_a_distinct_exit_code_apart_from_bad_input_and_stale() -> None:
-    assert set(STATUS_EXIT) == set(STATUSES)
-    assert len(set(STATUS_EXIT.values())) == 3 and not {2, 3} & set(STATUS_EXIT.values())
+    assert set(STATUSES) <= set(STATUS_EXIT)
+    codes = {STATUS_EXIT[s] for s in STATUSES}
+    assert len(codes) == 3 and not {2, 3} & codes
+    assert STATUS_EXIT["stale"] == EXIT_STALE == 3
+    assert STATUS_EXIT["holds"] == EXIT_WITHIN and STATUS_EXIT["regression"] == EXIT_OUTSIDE  # the float rule's
+
+
+def test_the_worst_judgement_decides_the_exit_outside_then_stale_then_unproven() -> None:
+    assert exit_for([]) == exit_for(["within", "holds"]) == EXIT_WITHIN
+    assert exit_for(["within", "unproven"]) == EXIT_UNPROVEN
+    assert exit_for(["unproven", "stale", "within"]) == EXIT_STALE
+    assert exit_for(["stale", "regression", "unproven"]) == exit_for(["outside", "within"]) == EXIT_OUTSIDE
+
+
+def test_an_unproven_gate_line_names_how_to_prove_it() -> None:
+    report = traces_report(trace_builder.trace([REF] * 12), trace_builder.trace([NEAR] * 12), Budget(kld_mean=1e-2))
+    line = gate_line(report, in_process="pass --model DIR")
+    assert "pytest_genguard.calibrate(model, tokenizer, trace)" in line and "larger top_k" in line
+    assert line.endswith("or pass --model DIR")
+    assert "calibrate" not in gate_line(FidelityReport((exact(_step(NEAR)),) * 12, Budget(kld_mean=1e-2)))
+
+
+def test_the_long_probe_outside_its_budget_makes_the_whole_report_outside() -> None:
+    within = FidelityReport((exact(_step(NEAR)),) * 12, Budget(kld_mean=1e-2))
+    positions = tuple(dataclasses.replace(exact(_step(FAR)), step=i) for i in range(40))
+    probe = FidelityReport(positions, Budget(kld_mean=1e-2))
+    assert within.status == "within" and probe.status == "outside"
+    judged = dataclasses.replace(within, probe=probe)
+    assert judged.own_status == "within" and judged.status == "outside" and not judged.holds
+    text = str(judged)
+    assert "fidelity OUTSIDE budget custom: long probe kld_mean" in text
+    assert "  long probe OUTSIDE: 40 positions" in text
+    assert "positions 16-31: KLD mean" in text and "<- the divergence starts here" in text
+    # its negative control: the probe within keeps the report within
+    assert dataclasses.replace(within, probe=within).status == "within"
+    # an unproven snapshot and a probe outside: outside (the worst)
+    unproven = traces_report(trace_builder.trace([REF] * 12), trace_builder.trace([NEAR] * 12), Budget(kld_mean=1e-2))
+    assert dataclasses.replace(unproven, probe=probe).status == "outside"
+    assert worst_status(["within", "unproven"]) == "unproven"

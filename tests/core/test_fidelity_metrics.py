@@ -78,10 +78,10 @@ def test_a_changed_distribution_with_the_same_greedy_path_shows_in_the_bound_and
     cand = trace_builder.step([(5, math.log(0.5)), (6, math.log(0.4)), (7, math.log(0.05))])
     same = trace_builder.trace([ref] * 12)
     moved = trace_builder.trace([cand] * 12)
-    steps, skipped = trace_fidelity(same, same)
+    steps, skipped, _ = trace_fidelity(same, same)
     assert skipped == 0 and aggregate(steps)["kld_max"] == 0.0
     assert FidelityReport(tuple(steps), PRESETS["int8"]).holds
-    steps, _ = trace_fidelity(same, moved)
+    steps, _, _ = trace_fidelity(same, moved)
     metrics = aggregate(steps)
     expected = 0.7 * math.log(0.7 / 0.5) + 0.2 * math.log(0.2 / 0.4)  # the rest buckets are equal: 0.05 each
     assert metrics["kld_mean"] == pytest.approx(expected, rel=1e-5)
@@ -101,7 +101,7 @@ def test_traces_are_compared_until_the_candidate_leaves_the_path_and_flips_are_c
     b = trace_builder.step([(6, -0.1), (5, -3.0)])
     reference = trace_builder.trace([a, a, a, a])
     candidate = trace_builder.trace([a, b, b, b])  # prefers 6 at step 1, then decodes on another context
-    steps, skipped = trace_fidelity(reference, candidate)
+    steps, skipped, _ = trace_fidelity(reference, candidate)
     assert [s.step for s in steps] == [0, 1] and skipped == 2
     metrics = aggregate(steps)
     assert metrics["flips"] == 1.0 and metrics["top1_agreement"] == 0.5 and metrics["on_path_steps"] == 1.0

@@ -5,12 +5,14 @@ preset (f16), a quantized one its type's preset, a type without one is bad input
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gguf_support import edited
+from install_lines import installs_by_name
 
 from pytest_genguard import cli
 from pytest_genguard.core.trace import dumps
@@ -60,18 +62,20 @@ def test_without_the_extra_it_names_the_install_command(
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp now raises ImportError
     code, _, err = run(capsys, str(gguf_path()), str(snapshot))
     assert code == 2
-    assert 'pip install "pytest-genguard[llama_cpp]"' in err
+    assert '[llama_cpp]" (the clone genguard was installed from' in err and 'pip install "llama-cpp-python==' in err
+    assert not installs_by_name(err), err
 
 
 def test_the_f32_file_holds_and_the_eps_bug_regresses(
     snapshot: Path, folder: Path, f32_gguf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, str(f32_gguf), str(snapshot), "--kv-cache", "f32", "--model", str(folder))
+    model = ("--model", str(folder), "--no-long-probe")  # the F32 probe: test_long_probe_gguf.py
+    code, out, _ = run(capsys, str(f32_gguf), str(snapshot), "--kv-cache", "f32", *model)
     assert code == 0, out
     assert "judged by float32 rule: an F32 file with an f32 KV cache computes in float32\n" in out
     assert "(F32, KV cache f32): holds (float32 rule)" in out
     bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.attention.layer_norm_rms_epsilon", "1e-4")
-    code, out, _ = run(capsys, str(bad), str(snapshot), "--kv-cache", "f32", "--model", str(folder))
+    code, out, _ = run(capsys, str(bad), str(snapshot), "--kv-cache", "f32", *model)
     assert code == 1, out  # a regression outranks the stale metadata it also names
     assert "stale: metadata: llama.attention.layer_norm_rms_epsilon" in out
     assert "REGRESSION (float32 rule)" in out
@@ -92,11 +96,12 @@ def test_the_shipped_q4_1_is_judged_by_its_type_preset_and_the_rope_bug_in_it_is
 ) -> None:
     from pytest_genguard.hf.smollm2 import gguf_path
 
-    model = ("--model", str(folder))
+    model = ("--model", str(folder), "--no-long-probe")
     code, out, _ = run(capsys, str(gguf_path()), str(snapshot), *model)
     assert code == 0, out
     assert "judged by preset gguf-q4_1: the preset of file type Q4_1\n" in out
-    assert "(Q4_1, KV cache f16): holds" in out
+    assert "(Q4_1, KV cache f16): within\n" in out and "exact (full vocabulary, float64)" in out
+    assert "not compared" not in out  # every step of every path, a flip counted, never the end of a path
     assert "relative to the reference model's own int8 conversion" in out  # the snapshot's calibration scales it
     code, out, _ = run(capsys, str(gguf_path()), str(snapshot), "--budget", "int8", *model)
     assert (code, "judged by --budget int8\n" in out) == (0, True), out
@@ -110,7 +115,7 @@ def test_the_shipped_q4_1_is_judged_by_its_type_preset_and_the_rope_bug_in_it_is
 def test_an_f32_file_with_llama_cpps_f16_kv_cache_is_judged_by_the_fp16_preset(
     snapshot: Path, folder: Path, f32_gguf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    model = ("--model", str(folder))
+    model = ("--model", str(folder), "--no-long-probe")
     code, out, _ = run(capsys, str(f32_gguf), str(snapshot), *model)
     assert code == 0, out
     assert "judged by preset fp16: an F32 file, but llama.cpp's f16 KV cache rounds every key and value" in out
@@ -120,6 +125,26 @@ def test_an_f32_file_with_llama_cpps_f16_kv_cache_is_judged_by_the_fp16_preset(
     code, out, _ = run(capsys, str(bad), str(snapshot), *model)
     assert code == 1, out
     assert "(F32, KV cache f16): OUTSIDE THE BUDGET" in out
+
+
+@pytest.mark.usefixtures("llama_cpp_extra")
+def test_a_bound_that_proves_nothing_exits_4_naming_how_to_prove_it_and_a_calibrated_one_0(
+    reference: Any, snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_genguard.hf.smollm2 import gguf_path
+
+    # Without --model the figures are the snapshot's top-5 bounds, every step compared from llama.cpp's full
+    # distribution: within the calibrated snapshot's bounds (its own int8 measured like for like) is proven ...
+    code, out, _ = run(capsys, str(gguf_path()), str(snapshot))
+    assert code == 0, out
+    assert "(Q4_1, KV cache f16): within" in out and "not compared" not in out
+    # ... without the calibration the same bounds prove nothing: exit 4, never 0
+    bare = tmp_path / "bare.genguard"
+    bare.write_text(dumps(dataclasses.replace(reference, calibration={})), encoding="utf-8")
+    code, out, _ = run(capsys, str(gguf_path()), str(bare))
+    assert code == 4, out
+    assert "UNPROVEN (within on lower bounds only, which proves nothing)" in out
+    assert "pytest_genguard.calibrate(model, tokenizer, trace)" in out and "--model DIR" in out
 
 
 @pytest.mark.usefixtures("llama_cpp_extra")

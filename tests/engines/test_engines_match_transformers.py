@@ -33,3 +33,18 @@ def test_engine_trace_keeps_the_reference_settings(genguard_engine: Any, saved: 
     actual = genguard_engine("ctranslate2").record(saved["gpt2"], reference=expected)
     assert dict(actual.settings) == dict(expected.settings)
     assert actual.settings["do_sample"] is True and actual.settings["top_k"] == 20
+
+
+@pytest.mark.parametrize("name", ["ctranslate2", "onnxruntime"])
+def test_engine_fidelity_compares_every_step_exactly_with_the_long_probe(
+    genguard_engine: Any, saved: dict[str, Path], name: str
+) -> None:
+    expected = reference("llama", "greedy")
+    report = genguard_engine(name).fidelity(saved["llama"], reference=expected, budget="fp16")
+    assert report.exact and report.skipped == 0
+    assert int(report.metrics["steps"]) == sum(len(p.steps) for p in expected)
+    assert report.status == "within", str(report)  # float32 engines: far inside the model's own fp16 cast
+    assert report.probe is not None and int(report.probe.metrics["steps"]) == 255  # the tiny model's context
+    assert report.probe.metrics["kld_max"] < 1e-9 and report.coverage is not None
+    bounded = genguard_engine(name).fidelity(saved["llama"], reference=expected, budget="fp16", exact=False)
+    assert not bounded.exact and bounded.probe is None and bounded.skipped == 0

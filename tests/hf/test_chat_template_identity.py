@@ -11,8 +11,8 @@ from chat_support import CONVERSATION, TEMPLATE, chat_tokenizer
 from pytest_genguard import compare, verify
 from pytest_genguard.core.text_diff import first_differing_line
 from pytest_genguard.core.verdict import Verdict
-from pytest_genguard.hf.fingerprint import tokenizer_fingerprint
 from pytest_genguard.hf.record import record
+from pytest_genguard.hf.tokenizer_hash import tokenizer_fingerprint
 
 # An edit in a branch this snapshot's conversations never take (no tools given): the prompts render the same.
 EDITED = TEMPLATE.replace("<|tools|>", "<|functions|>")

@@ -63,7 +63,7 @@ def test_each_quantization_is_judged_by_the_preset_of_its_precision(
     reference: tuple[Any, GenerationTrace, Path], case: str, preset: str, package: str | None, make: Make, holds: bool
 ) -> None:
     if package is not None:
-        pytest.importorskip(package, reason=f"{case} needs {package}: pip install 'pytest-genguard[quant]'")
+        pytest.importorskip(package, reason=f"{case} needs {package}: pip install '/path/to/pytest-genguard[quant]'")
     model, trace, folder = reference
     candidate = make(model, folder)
     report = gg.fidelity(candidate, gg.tiny_tokenizer(), trace, budget=preset, reference_model=model)

@@ -17,11 +17,11 @@ from pytest_genguard import GenguardCacheWarning
 from pytest_genguard.core.files import file_sha256
 from pytest_genguard.hf.cache import HISTORY_FILE, MANIFEST, WEIGHTS_FILE, cache_key
 from pytest_genguard.hf.finetune import FineTuned, cache_key_parts, finetune
-from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.recipe import DEFAULT_STEPS, Collator, Recipe, encoder_input, examples_for, recipe_hash
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.run_state import preserved_rng
 from pytest_genguard.hf.tiny import ARCHS, finetune_texts, probe_prompts, tiny_model, tiny_tokenizer
+from pytest_genguard.hf.weights_hash import weights_hash
 from pytest_genguard.plugin.tally import EVENTS_KEY
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/hf/conftest.py)

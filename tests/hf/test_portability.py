@@ -37,7 +37,7 @@ GOLDEN = {
 HASHES = """
 import json
 from pytest_genguard.hf.tiny import tiny_model
-from pytest_genguard.hf.fingerprint import weights_hash
+from pytest_genguard.hf.weights_hash import weights_hash
 from pytest_genguard.hf.environment import cpu_capability
 hashes = {f"{a}/{s}": weights_hash(tiny_model(a, seed=s)) for a in ("gpt2", "llama", "t5") for s in (0, 7)}
 print(json.dumps({"capability": cpu_capability(), "hashes": hashes}))

@@ -14,11 +14,12 @@ import torch
 
 from pytest_genguard.core.errors import VerifyFallbackWarning
 from pytest_genguard.core.verdict import Verdict
-from pytest_genguard.hf.fingerprint import model_fingerprint, weights_hash
+from pytest_genguard.hf.fingerprint import model_fingerprint
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.teacher import per_call_quantization, teacher_force
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
 from pytest_genguard.hf.verify import verify
+from pytest_genguard.hf.weights_hash import weights_hash
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/hf/conftest.py)
 

@@ -17,12 +17,12 @@ from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.history import Checkpoint, RecorderHistory, history_from_json, history_to_json
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.hf.environment import training_libraries
-from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.recipe import Collator, Recipe, examples_for
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.recorder import GenerationRecorder
 from pytest_genguard.hf.run_state import preserved_rng, training_identity
 from pytest_genguard.hf.tiny import probe_prompts, tiny_model, tiny_tokenizer
+from pytest_genguard.hf.weights_hash import weights_hash
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/hf/conftest.py)
 

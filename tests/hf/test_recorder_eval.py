@@ -14,10 +14,10 @@ from recorder_support import IterableExamples, decoder_examples, seq2seq_example
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from pytest_genguard.core.history import RecorderHistory
-from pytest_genguard.hf.fingerprint import weights_hash
 from pytest_genguard.hf.recorder import GenerationRecorder
 from pytest_genguard.hf.run_state import eval_rows
 from pytest_genguard.hf.tiny import probe_prompts, tiny_model, tiny_tokenizer
+from pytest_genguard.hf.weights_hash import weights_hash
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # (tests/hf/conftest.py)
 

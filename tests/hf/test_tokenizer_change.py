@@ -12,9 +12,9 @@ from tokenizers import normalizers
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.hf.fingerprint import tokenizer_fingerprint
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import tiny_tokenizer
+from pytest_genguard.hf.tokenizer_hash import tokenizer_fingerprint
 
 
 def _added(tok: Any) -> None:

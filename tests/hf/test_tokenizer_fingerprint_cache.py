@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_genguard.hf import fingerprint
+from pytest_genguard.hf import tokenizer_hash
 from pytest_genguard.hf.tiny import tiny_tokenizer
 
 
@@ -15,22 +15,22 @@ from pytest_genguard.hf.tiny import tiny_tokenizer
 def computed(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Records each full computation of a fingerprint."""
     calls: list[Any] = []
-    real = fingerprint._tokenizer_fingerprint
+    real = tokenizer_hash._tokenizer_fingerprint
 
     def counting(tokenizer: Any) -> Any:
         calls.append(tokenizer)
         return real(tokenizer)
 
-    monkeypatch.setattr(fingerprint, "_tokenizer_fingerprint", counting)
+    monkeypatch.setattr(tokenizer_hash, "_tokenizer_fingerprint", counting)
     return calls
 
 
 def test_an_unchanged_tokenizer_is_fingerprinted_once(computed: list[Any]) -> None:
     tokenizer = tiny_tokenizer()
-    first = fingerprint.tokenizer_fingerprint(tokenizer)
-    assert [fingerprint.tokenizer_fingerprint(tokenizer) for _ in range(3)] == [first] * 3
+    first = tokenizer_hash.tokenizer_fingerprint(tokenizer)
+    assert [tokenizer_hash.tokenizer_fingerprint(tokenizer) for _ in range(3)] == [first] * 3
     assert len(computed) == 1
-    assert fingerprint.tokenizer_fingerprint(tiny_tokenizer()) == first  # another object, the same tokenizer
+    assert tokenizer_hash.tokenizer_fingerprint(tiny_tokenizer()) == first  # another object, the same tokenizer
     assert len(computed) == 2
 
 
@@ -46,10 +46,10 @@ def test_an_unchanged_tokenizer_is_fingerprinted_once(computed: list[Any]) -> No
 )
 def test_every_change_the_fingerprint_covers_is_seen_after_a_cached_call(change: Any) -> None:
     tokenizer = tiny_tokenizer()
-    before = fingerprint.tokenizer_fingerprint(tokenizer)
-    fingerprint.tokenizer_fingerprint(tokenizer)  # cached now
+    before = tokenizer_hash.tokenizer_fingerprint(tokenizer)
+    tokenizer_hash.tokenizer_fingerprint(tokenizer)  # cached now
     change(tokenizer)
-    after = fingerprint.tokenizer_fingerprint(tokenizer)
+    after = tokenizer_hash.tokenizer_fingerprint(tokenizer)
     assert after != before
     # ... and it is what a fresh computation gives (the negative control: the cache's answer is the uncached one).
-    assert after == fingerprint._tokenizer_fingerprint(tokenizer)
+    assert after == tokenizer_hash._tokenizer_fingerprint(tokenizer)

@@ -14,9 +14,9 @@ from transformers import PreTrainedTokenizerFast
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.hf.fingerprint import HASH_VERSION, legacy_tokenizer_hash, tokenizer_fingerprint
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import tiny_tokenizer
+from pytest_genguard.hf.tokenizer_hash import HASH_VERSION, legacy_tokenizer_hash, tokenizer_fingerprint
 
 # The tiny tokenizer's version-1 hash as the committed example snapshots hold it (examples/__snapshots__): training
 # identities are still made of it, so a history recorded before version 2 keeps its recipe.

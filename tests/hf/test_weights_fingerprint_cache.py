@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_genguard.hf import fingerprint, weights_watch
-from pytest_genguard.hf.fingerprint import forget_weights, model_fingerprint, weights_hash
+from pytest_genguard.hf import weights_hash as weights_module, weights_watch
+from pytest_genguard.hf.fingerprint import model_fingerprint
 from pytest_genguard.hf.record import record
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+from pytest_genguard.hf.weights_hash import forget_weights, weights_hash
 
 WEIGHT = "transformer.h.0.mlp.c_fc.weight"  # 2-D (Conv1D: [in, out])
 BIAS = "transformer.h.0.mlp.c_fc.bias"
@@ -35,13 +36,13 @@ def model() -> Any:
 def full_hashes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the hashes that read every weight."""
     calls: list[int] = []
-    real = fingerprint.state_dict_sha256
+    real = weights_module.state_dict_sha256
 
     def counting(state: Any) -> str:
         calls.append(1)
         return real(state)
 
-    monkeypatch.setattr(fingerprint, "state_dict_sha256", counting)
+    monkeypatch.setattr(weights_module, "state_dict_sha256", counting)
     return calls
 
 

@@ -22,7 +22,7 @@ TESTS = """
 import json, os
 from pathlib import Path
 
-from pytest_genguard.hf.fingerprint import weights_hash
+from pytest_genguard.hf.weights_hash import weights_hash
 
 def _report(name, tuned):
     manifest = json.loads((tuned.cache_path / "manifest.json").read_text())

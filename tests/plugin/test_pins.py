@@ -28,7 +28,7 @@ TESTS = """
 import json, os
 from pathlib import Path
 
-from pytest_genguard.hf.fingerprint import weights_hash
+from pytest_genguard.hf.weights_hash import weights_hash
 
 
 def test_model(genguard_finetune):

@@ -1,6 +1,6 @@
-"""The CI workflows, the composite action (action.yml), .ci/run and the CUDA Dockerfile are checked like code.
+"""The CI workflows, the composite action (action.yml), .ci/'s scripts and the CUDA Dockerfile are checked like code.
 
-Each linter runs on the committed files (check-jsonschema, zizmor, hadolint, all in the ``test``
+Each linter runs on the committed files (check-jsonschema, zizmor, hadolint, shellcheck, all in the ``test``
 extra); the rules they do not know about (SHA pins, no expressions in shell scripts, the gate's
 command line, a non-root user, deterministic cuBLAS) are asserted here directly.
 """
@@ -8,6 +8,7 @@ command line, a non-root user, deterministic cuBLAS) are asserted here directly.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import dockerfile
 import pytest
 from readme_blocks import section as readme_section
 
@@ -26,6 +28,8 @@ UPSTREAM = WORKFLOWS / "upstream.yml"
 DOCKERFILE = ROOT / "Dockerfile.cuda"
 DOCKERIGNORE = ROOT / ".dockerignore"
 CI_RUN = ROOT / ".ci" / "run"
+# The bash scripts of .ci/ (the Python helpers beside them are checked by ruff).
+CI_SCRIPTS = sorted(p for p in (ROOT / ".ci").iterdir() if p.read_bytes().startswith(b"#!/usr/bin/env bash"))
 ACTION = ROOT / "action.yml"
 
 FULL_SHA = re.compile(r"^[^@\s]+@[0-9a-f]{40}$")
@@ -76,28 +80,6 @@ def _scripts(job: dict[str, Any]) -> str:
 def _triggers(workflow: dict[Any, Any]) -> dict[str, Any]:
     trigger: dict[str, Any] = workflow["on"] if "on" in workflow else workflow[True]  # YAML 1.1 reads `on` as True
     return trigger
-
-
-def _dockerfile_instructions() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs, with comments dropped and continuations joined."""
-    logical: list[str] = []
-    pending = ""
-    for raw in DOCKERFILE.read_text(encoding="utf-8").splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        logical.append(pending + line)
-        pending = ""
-    if pending:
-        logical.append(pending)
-    pairs = []
-    for line in logical:
-        instruction, _, arguments = line.partition(" ")
-        pairs.append((instruction.upper(), arguments.strip()))
-    return pairs
 
 
 @pytest.mark.parametrize("workflow", [CI, GPU, UPSTREAM], ids=lambda p: p.name)
@@ -216,26 +198,49 @@ def test_gpu_gate_runs_the_cuda_image_on_a_gpu_runner_and_always_uploads_the_rep
 
 
 def test_cuda_dockerfile_runs_the_gpu_suite_as_a_non_root_user_with_deterministic_cublas() -> None:
-    instructions = _dockerfile_instructions()
-    (base,) = [args for name, args in instructions if name == "FROM"]
-    assert re.fullmatch(r"pytorch/pytorch:[\w.-]+-cuda[\w.-]+@sha256:[0-9a-f]{64}", base), base
+    parsed = dockerfile.instructions()
+    (base,) = [args for name, args in parsed if name == "FROM"]
+    assert base == "${BASE_IMAGE}", base  # another base is a build argument (.ci/cuda-gate builds on its own)
+    default = dockerfile.arg_defaults()["BASE_IMAGE"]
+    assert default and re.fullmatch(r"pytorch/pytorch:[\w.-]+-cuda[\w.-]+@sha256:[0-9a-f]{64}", default), default
+    # BuildKit would pull the `# syntax=` frontend image from Docker Hub: nothing in the file needs it.
+    assert not DOCKERFILE.read_text(encoding="utf-8").startswith("# syntax=")
 
-    env = " ".join(args for name, args in instructions if name == "ENV")
+    env = " ".join(args for name, args in parsed if name == "ENV")
     assert "CUBLAS_WORKSPACE_CONFIG=:4096:8" in env
     assert "PYTHONHASHSEED=0" in env
 
-    users = [args for name, args in instructions if name == "USER"]
+    users = [args for name, args in parsed if name == "USER"]
     assert users, "Dockerfile.cuda never leaves root"
     assert users[-1].split(":")[0] not in {"root", "0"}
 
-    (cmd,) = [args for name, args in instructions if name == "CMD"]
-    argv = json.loads(cmd)
+    argv = dockerfile.cmd()
     assert argv[0] == "pytest"
     assert "--genguard-gpu" in argv
 
-    run = " ".join(args for name, args in instructions if name == "RUN")
+    run = " ".join(args for name, args in parsed if name == "RUN")
     assert "pip install --no-cache-dir" in run
-    assert '".[test]"' in run
+    assert "test" in (dockerfile.arg_defaults()["GENGUARD_EXTRAS"] or "").split(",")
+    # The base's torch pinned by its distribution's version: torch.__version__ of PyPI's CUDA build (2.13.0+cu130) is
+    # no version pip can satisfy.
+    assert "m.version('torch')" in run and "torch.__version__" not in run.split("pip install")[0]
+
+
+def test_the_dependencies_are_installed_before_the_source_is_copied() -> None:
+    # A source change must not reinstall the dependencies: their layer is keyed by pyproject.toml alone.
+    parsed = dockerfile.instructions()
+    copies = [(i, args) for i, (name, args) in enumerate(parsed) if name == "COPY"]
+    (source,) = [i for i, args in copies if args.split()[-2:] == [".", "/workspace"]]
+    assert source == max(i for i, _ in copies), "the source is the last thing copied"
+    dependencies = [i for i, (name, args) in enumerate(parsed) if name == "RUN" and "--requirement" in args]
+    assert dependencies and max(dependencies) < source
+    earlier = [args for i, args in copies if i < source]
+    assert earlier[0] == "pyproject.toml .ci/pyproject_requirements.py /tmp/genguard-dependencies/", earlier
+    # Then the package alone (the real chat model's folder is built from it), not the tests or the examples.
+    assert [args.split()[1:] for args in earlier[1:]] == [
+        ["pyproject.toml", "README.md", "/workspace/"],
+        ["pytest_genguard", "/workspace/pytest_genguard"],
+    ], earlier
 
 
 def test_docker_build_context_leaves_out_local_state() -> None:
@@ -259,9 +264,27 @@ def _ci_function(name: str) -> str:
     return found.group(0)
 
 
-def test_ci_run_pipes_into_no_reader_that_exits_early() -> None:
-    found = early_exit_pipes(CI_RUN.read_text(encoding="utf-8"))
-    assert not found, f".ci/run runs under pipefail: capture the output first, then test it: {found}"
+@pytest.mark.parametrize("script", CI_SCRIPTS, ids=lambda p: p.name)
+def test_ci_scripts_pipe_into_no_reader_that_exits_early(script: Path) -> None:
+    found = early_exit_pipes(script.read_text(encoding="utf-8"))
+    assert not found, f".ci/{script.name} runs under pipefail: capture the output first, then test it: {found}"
+
+
+def test_ci_scripts_are_executable_bash_under_strict_mode_and_pass_shellcheck() -> None:
+    assert {".ci/run", ".ci/cuda-gate", ".ci/llama-cpp-wheel", ".ci/vllm-venv"} <= {f".ci/{p.name}" for p in CI_SCRIPTS}
+    for script in CI_SCRIPTS:
+        assert os.access(script, os.X_OK), f".ci/{script.name} is not executable (git update-index --chmod=+x)"
+        assert re.search(r"^set -euo pipefail$", script.read_text(encoding="utf-8"), re.M), f".ci/{script.name}"
+    result = _run(_tool("shellcheck"), "--norc", *map(str, CI_SCRIPTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_shellcheck_finds_an_unquoted_expansion(tmp_path: Path) -> None:
+    # Negative control of the check above: ShellCheck reads the scripts and fails on what it should.
+    bad = tmp_path / "bad"
+    bad.write_text("#!/usr/bin/env bash\nset -euo pipefail\nrm -rf $1/cache\n", encoding="utf-8")
+    result = _run(_tool("shellcheck"), "--norc", str(bad))
+    assert result.returncode != 0 and "SC2086" in result.stdout
 
 
 def test_the_early_exit_check_finds_the_kernel_set_pipe_that_skipped_legs() -> None:

@@ -8,12 +8,11 @@ import re
 from pathlib import Path
 
 import pytest
+from install_lines import installs_by_name
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
-# `pytest-genguard` as a package name on a pip line: not the end of a path (`/path/to/pytest-genguard[quant]`).
-BY_NAME = re.compile(r"\bpip install\b.*?(?<![/\w.-])pytest-genguard(?![\w/-])")
 
 
 def test_the_module_map_names_every_module_of_the_tiers() -> None:
@@ -32,12 +31,6 @@ def test_the_module_map_keeps_no_line_counts() -> None:
 def test_the_design_contributors_read_first_is_in_the_repository() -> None:
     assert "../shared" not in CONTRIBUTING
     assert "docs/design.md" in CONTRIBUTING and (ROOT / "docs" / "design.md").is_file()
-
-
-def installs_by_name(text: str) -> list[str]:
-    """The lines of `text` that install genguard by its package name, which PyPI does not have (a shell comment
-    after the command is no install)."""
-    return [line.strip() for line in text.splitlines() if BY_NAME.search(line.split(" # ", 1)[0])]
 
 
 def test_every_page_installs_genguard_as_the_readme_does() -> None:

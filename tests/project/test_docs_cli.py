@@ -1,6 +1,6 @@
 """docs/cli.md documents the `genguard` console script that the code builds: every subcommand its parser has, in a
-section of its own, with every option and argument. The parser is read by recording what `build_parser()` adds (not
-from `--help` text), so an option added to the cli package without a line in the docs fails here."""
+section of its own, with every option and argument. The parser is read by recording what `build_parser(full=True)`
+adds (not from `--help` text), so an option added to the cli package without a line in the docs fails here."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ CLI_DOC = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
 
 def parser_arguments(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     """Each subcommand of `genguard` and its arguments as a user writes them: option strings, and positionals by their
-    metavar; recorded from the public `add_argument` calls `cli.build_parser()` makes (argparse's own -h/--help left
-    out)."""
+    metavar; recorded from the public `add_argument` calls `cli.build_parser(full=True)` makes (every subcommand's
+    arguments at once; argparse's own -h/--help left out)."""
     found: dict[str, list[str]] = defaultdict(list)
     add_argument = argparse.ArgumentParser.add_argument
 
@@ -35,7 +35,7 @@ def parser_arguments(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
         return add_argument(self, *names, **kwargs)
 
     monkeypatch.setattr(argparse.ArgumentParser, "add_argument", recording)
-    cli.build_parser()
+    cli.build_parser(full=True)
     return {prog.removeprefix("genguard "): words for prog, words in found.items() if prog != "genguard"}
 
 
@@ -106,6 +106,7 @@ def test_docs_cli_lists_the_exit_codes_the_commands_return() -> None:
     assert exit_codes(CLI_DOC, "check-server") == serving
     assert exit_codes(CLI_DOC, "bisect") == {*EXIT_CODES.values(), cli.EXIT_USAGE}
     assert exit_codes(CLI_DOC, "diff") == {cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE}
-    assert exit_codes(CLI_DOC, "fidelity") == {*gate.STATUS_EXIT.values(), cli.EXIT_USAGE}
+    assert exit_codes(CLI_DOC, "fidelity") == {gate.EXIT_WITHIN, gate.EXIT_OUTSIDE, gate.EXIT_UNPROVEN, cli.EXIT_USAGE}
+    assert exit_codes(CLI_DOC, "check-gguf") == {*gate.STATUS_EXIT.values(), gate.EXIT_USAGE}  # the whole gate
     for command in ("show", "report"):
         assert exit_codes(CLI_DOC, command) == {cli.EXIT_OK, cli.EXIT_USAGE}

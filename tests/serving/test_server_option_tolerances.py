@@ -69,9 +69,18 @@ def test_a_bfloat16_server_fails_the_float_rule_and_the_message_names_the_fideli
     result.stdout.fnmatch_lines(["*judged by a fidelity budget: mark the test @pytest.mark.genguard(fidelity='bf16')*"])
 
 
-def test_the_tests_fidelity_marker_judges_the_bfloat16_server(pytester: pytest.Pytester) -> None:
+def test_the_tests_fidelity_marker_judges_the_bfloat16_server_and_a_bound_alone_fails_it_unproven(
+    pytester: pytest.Pytester,
+) -> None:
+    # fixed limits, the snapshot's top-5 bounds: within on lower bounds only proves nothing, and never passes
     result = run(project(pytester, f"@pytest.mark.genguard(fidelity={SERVED_BF16})"), BF16)
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*on the server (--genguard-server *): unproven: within on lower bounds only, which proves nothing",
+            "*to prove it: calibrate the snapshot with pytest_genguard.calibrate(model, tokenizer, trace)*",
+        ]
+    )
 
 
 def test_a_fidelity_marker_the_server_breaks_fails_the_test(pytester: pytest.Pytester) -> None:

@@ -9,8 +9,7 @@ import json
 from functools import cache
 from pathlib import Path
 
-from pytest_genguard.core.compare import step_scale
-from pytest_genguard.core.environments import logprobs_epsilon, scores_epsilon
+from pytest_genguard.core.rule import Rule, ValueKind
 from pytest_genguard.core.tolerances import Tolerances
 from pytest_genguard.core.trace import GenerationTrace
 
@@ -58,17 +57,17 @@ def worst_share(a: GenerationTrace, b: GenerationTrace, tolerances: Tolerances) 
     """The largest |diff| / allowance over the values compare() checks on the common path (chosen logprob, score,
     top-k entries present on both sides): how much of the allowance the noise used."""
     worst = 0.0
-    epsilon = max(logprobs_epsilon(a.environment), logprobs_epsilon(b.environment))
-    score_epsilon = max(scores_epsilon(a.environment), scores_epsilon(b.environment))
+    rule = Rule.between(a, b, tolerances)
     for pa, pb in zip(a.prompts, b.prompts, strict=True):
         for sa, sb in zip(pa.steps, pb.steps, strict=False):
             if sa.token_id != sb.token_id:
                 break
-            scale = step_scale(sa, sb)
+            step = rule.at(sa, sb)
             theirs = dict(zip(sb.top_ids, sb.top_logprobs, strict=True))
-            pairs = [(sa.logprob, sb.logprob, epsilon), (sa.score, sb.score, score_epsilon)]
-            pairs += [(x, theirs[i], epsilon) for i, x in zip(sa.top_ids, sa.top_logprobs, strict=True) if i in theirs]
-            for x, y, eps in pairs:
+            pairs: list[tuple[float, float, ValueKind]] = [(sa.logprob, sb.logprob, "logprob")]
+            pairs.append((sa.score, sb.score, "score"))
+            pairs += [(x, theirs[i], "top") for i, x in zip(sa.top_ids, sa.top_logprobs, strict=True) if i in theirs]
+            for x, y, kind in pairs:
                 if x != y:
-                    worst = max(worst, abs(x - y) / tolerances.allowed(x, y, eps * scale))
+                    worst = max(worst, abs(x - y) / step.allowance(x, y, kind))
     return worst

@@ -1,0 +1,219 @@
+"""The long probe: a built-in public-domain text, thousands of tokens long, teacher forced through the reference model
+and a candidate, where the reference model is in process (`fidelity(reference_model=)`, the engines,
+``genguard check-gguf --model``, ``--genguard-gguf-model``). A snapshot's short prompts cannot see a rope base, rope
+scaling or sliding-window bug (`core.long_context`); the probe reads past the sliding window.
+
+The text (`pytest_genguard/data/long_probe.txt`: the Declaration of Independence, the Gettysburg Address and
+Lincoln's Second Inaugural Address, all public domain) is tokenized by the model's tokenizer and cut to
+`probe_length()` tokens: at least `PROBE_TOKENS` (2,048), and twice the sliding window when that is longer, but no
+more than the model's context (the text is read again from its start when a tokenizer needs more). Both sides give
+their logits a chunk of positions at a time (`CHUNK`): the model by chunked prefill through its own KV cache, an
+engine from its one pass, so the float64 log-softmax over the full vocabulary never holds more than a chunk (2048 x
+49152 float64 would be 800 MB). The reference side is computed once per model state and kept (`reference_chunks`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from pytest_genguard.core.budget import CALIBRATED_METRICS, Budget, FidelityReport, calibration_key
+from pytest_genguard.core.fidelity import StepFidelity, aggregate
+from pytest_genguard.core.long_context import ProbeInfo
+from pytest_genguard.hf._generation import inference
+from pytest_genguard.hf.full_vocabulary import exact_steps
+from pytest_genguard.hf.reference_copies import reference_copy
+from pytest_genguard.hf.weights_hash import weights_hash
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+__all__ = [
+    "CHUNK",
+    "PROBE_TOKENS",
+    "TEXT_NAME",
+    "ProbeJudge",
+    "ProbeLogits",
+    "forget",
+    "model_chunks",
+    "probe_calibration",
+    "probe_ids",
+    "probe_judge",
+    "probe_length",
+    "probe_steps",
+    "probe_text",
+    "reference_chunks",
+    "window_and_context",
+]
+
+PROBE_TOKENS = 2048
+"""The probe's length in tokens, unless the model's context is shorter (or twice its sliding window longer)."""
+CHUNK = 256
+"""Positions per chunk: 256 x 262,144 float64 (a Gemma 3 vocabulary) is 512 MB at most."""
+TEXT_NAME = "the built-in long text (the Declaration of Independence, the Gettysburg and Second Inaugural Addresses)"
+
+ProbeLogits = Callable[[Sequence[int]], Iterator["torch.Tensor"]]
+"""A side of the probe: the token ids in, their raw logits out, ``[n, vocab]`` float32 per chunk of `CHUNK`
+positions (the last chunk shorter), in order."""
+
+_KEPT: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], list[torch.Tensor]]] = weakref.WeakKeyDictionary()
+_CALIBRATIONS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, str], dict[str, float]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@functools.cache
+def probe_text() -> str:
+    """The shipped text."""
+    source = resources.files("pytest_genguard").joinpath("data").joinpath("long_probe.txt")
+    return source.read_text(encoding="utf-8")
+
+
+def _text_config(config: Any) -> Any:
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else config
+
+
+def window_and_context(config: Any) -> tuple[int | None, int | None]:
+    """The model's sliding window (None: no layer has one) and context length (None: not known), from its config."""
+    cfg = _text_config(config)
+    window = getattr(cfg, "sliding_window", None)
+    layer_types = getattr(cfg, "layer_types", None)
+    if getattr(cfg, "use_sliding_window", True) is False:
+        window = None
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        window = None
+    context = getattr(cfg, "max_position_embeddings", None)
+    ok = isinstance(window, int) and window > 0
+    return (window if ok else None), (context if isinstance(context, int) and context > 0 else None)
+
+
+def probe_length(config: Any) -> int:
+    """`PROBE_TOKENS`, or twice the sliding window when longer, at most the context length."""
+    window, context = window_and_context(config)
+    want = max(PROBE_TOKENS, 2 * (window or 0))
+    return min(want, context) if context else want
+
+
+def probe_ids(tokenizer: PreTrainedTokenizerBase, config: Any) -> list[int]:
+    """The probe's token ids for this tokenizer (its special tokens as it adds them to a text: a BOS), cut to
+    `probe_length()`; the text is read again from its start when it is too short."""
+    length = probe_length(config)
+    ids = list(tokenizer(probe_text())["input_ids"])
+    again = list(tokenizer("\n\n" + probe_text(), add_special_tokens=False)["input_ids"])
+    while len(ids) < length and again:
+        ids += again
+    return ids[:length]
+
+
+def model_chunks(model: PreTrainedModel, chunk: int = CHUNK) -> ProbeLogits:
+    """A model as a side of the probe: chunked prefill through its own KV cache (sliding-window layers included), one
+    chunk of logits at a time, float32."""
+
+    def logits(ids: Sequence[int]) -> Iterator[torch.Tensor]:
+        import torch
+        from transformers import DynamicCache
+
+        device = next(model.parameters()).device
+        cache = DynamicCache(config=model.config)
+        # the forward's cache argument: `cache` since transformers 5.24, `past_key_values` before
+        name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        with inference(model):
+            for start in range(0, len(ids), chunk):
+                part = torch.tensor([list(ids[start : start + chunk])], dtype=torch.long, device=device)
+                positions = torch.arange(start, start + part.shape[1], device=device)
+                out = model(input_ids=part, use_cache=True, cache_position=positions, **{name: cache})
+                yield out.logits[0].float()
+
+    return logits
+
+
+def forget() -> None:
+    """Drop every kept reference side and probe calibration (a benchmark's cold start)."""
+    _KEPT.clear()
+    _CALIBRATIONS.clear()
+
+
+def reference_chunks(model: PreTrainedModel, ids: Sequence[int]) -> list[torch.Tensor]:
+    """The reference model's probe logits, computed once per model state and ids (kept while the model lives: the
+    reference side of every judgement in a session)."""
+    key = (weights_hash(model), hash(tuple(ids)))
+    kept = _KEPT.setdefault(model, {})
+    if key not in kept:
+        kept.clear()  # one state per model: an edited model drops the old chunks
+        kept[key] = list(model_chunks(model)(ids))
+    return kept[key]
+
+
+def probe_steps(
+    reference: Sequence[torch.Tensor], candidate: Iterator[torch.Tensor], ids: Sequence[int]
+) -> list[StepFidelity]:
+    """Every position of the probe, exact: both sides' chunks in float64 over the full vocabulary, one chunk at a
+    time. A step's `step` is the position of the token its row predicts (1 to len(ids) - 1)."""
+    import torch
+
+    out: list[StepFidelity] = []
+    offset = 0
+    for ref, cand in zip(reference, candidate, strict=True):
+        if cand.shape[-1] != ref.shape[-1]:
+            raise ValueError(
+                f"the long probe: the candidate's vocabulary has {cand.shape[-1]} tokens, the reference model's "
+                f"{ref.shape[-1]}: they are not the same model's"
+            )
+        predicted = list(ids[offset + 1 : offset + 1 + ref.shape[0]])
+        n = len(predicted)
+        if n:
+            lp = torch.log_softmax(ref[:n].double(), dim=-1).cpu()
+            lq = torch.log_softmax(cand[:n].double(), dim=-1).cpu()
+            out += exact_steps(lp, lq, predicted, offset=offset + 1)
+        offset += ref.shape[0]
+    return out
+
+
+def probe_calibration(model: PreTrainedModel, ids: Sequence[int], precision: str) -> dict[str, float]:
+    """What genguard's own `precision` conversion of `model` costs along the probe, exactly (``{"int8.kld_mean":
+    ...}``): the scale of a relative preset's limits on the probe. One more teacher-forced pass of the copy, once per
+    model state, ids and precision."""
+    key = (weights_hash(model), hash(tuple(ids)), precision)
+    kept = _CALIBRATIONS.setdefault(model, {})
+    if key not in kept:
+        copy = reference_copy(model, precision)
+        metrics = aggregate(probe_steps(reference_chunks(model, ids), model_chunks(copy)(ids), ids))
+        del copy
+        kept[key] = {calibration_key(precision, k): float(metrics[k]) for k in CALIBRATED_METRICS}
+    return kept[key]
+
+
+ProbeJudge = Callable[[Budget | None], tuple[FidelityReport, ProbeInfo]]
+"""The long probe of one candidate, judged by a budget (the steps read once, whatever budgets judge them)."""
+
+
+def probe_judge(
+    reference_model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, candidate: ProbeLogits
+) -> ProbeJudge:
+    """The long probe read through the reference model and `candidate` (once, at the first judgement), judged by a
+    budget: a relative preset's limits scaled by the reference's own conversion measured on the probe
+    (`probe_calibration`; a snapshot's stored calibration is of its own prompts, not of these positions), other limits
+    as given."""
+    ids = probe_ids(tokenizer, reference_model.config)
+    window, context = window_and_context(reference_model.config)
+    read: list[tuple[StepFidelity, ...]] = []
+
+    def judge(budget: Budget | None) -> tuple[FidelityReport, ProbeInfo]:
+        if not read:
+            read.append(tuple(probe_steps(reference_chunks(reference_model, ids), candidate(ids), ids)))
+        limits, basis = budget, "no budget: figures only"
+        if budget is not None and budget.ratios and budget.precision is not None:
+            limits = budget.calibrated(probe_calibration(reference_model, ids, budget.precision))
+            basis = f"{limits.basis}, both measured on the probe"
+        elif budget is not None:
+            basis = "the budget's limits as given"
+        info = ProbeInfo(TEXT_NAME, len(ids), window, context, basis)
+        return FidelityReport(read[0], limits, prompts=(TEXT_NAME,)), info
+
+    return judge

@@ -1,0 +1,60 @@
+"""The long probe's torch side: the shipped text as the model's tokens (2,048, or the context; twice the window when
+longer), both sides a chunk of logits at a time (chunked prefill gives the full pass's logits), and its judgement
+by `fidelity(reference_model=)`: a model edited at long positions only is outside by the probe, the snapshot blind."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from swa_model import swa_model
+
+from pytest_genguard import fidelity, record
+from pytest_genguard.hf.long_probe import PROBE_TOKENS, model_chunks, probe_ids, probe_length, window_and_context
+from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+
+
+def test_the_probe_is_2048_tokens_or_the_context_and_passes_the_window() -> None:
+    tokenizer = tiny_tokenizer()
+    model = tiny_model("llama")
+    assert probe_length(model.config) == model.config.max_position_embeddings == 256 < PROBE_TOKENS
+    ids = probe_ids(tokenizer, model.config)
+    assert len(ids) == 256 and ids == tokenizer(tokenizer.decode(ids))["input_ids"][:256]
+    wide = copy.deepcopy(model.config)
+    wide.max_position_embeddings = 1 << 20
+    assert len(probe_ids(tokenizer, wide)) == PROBE_TOKENS  # the text is read again when a tokenizer needs more
+    wide.sliding_window = 1500
+    assert window_and_context(wide) == (1500, 1 << 20) and probe_length(wide) == 3000
+
+
+def test_chunked_prefill_gives_the_full_passs_logits() -> None:
+    model = tiny_model("llama")
+    ids = probe_ids(tiny_tokenizer(), model.config)
+    with torch.no_grad():
+        full = model(torch.tensor([ids])).logits[0]
+    chunks = list(model_chunks(model, chunk=64)(ids))
+    assert [c.shape[0] for c in chunks] == [64] * 4
+    assert torch.allclose(torch.cat(chunks), full, atol=1e-5, rtol=0)
+
+
+def test_fidelity_reads_the_probe_with_the_reference_model_and_a_rope_edit_fails_it_the_snapshot_blind() -> None:
+    from transformers import Gemma3ForCausalLM
+
+    tokenizer = tiny_tokenizer()
+    model = swa_model(tokenizer)  # sliding window 16, a global layer with rope base 1e6
+    trace = record(model, tokenizer, ["hello", "the"], max_new_tokens=4, top_k=5)
+    same = fidelity(copy.deepcopy(model), tokenizer, trace, budget={"kld_mean": 1e-3}, reference_model=model)
+    assert same.probe is not None and same.status == "within" and int(same.probe.metrics["steps"]) == 2047
+    assert "long probe within: 2048 tokens of the built-in long text" in str(same)
+    assert same.coverage is not None and not same.coverage.passes_window
+    # its negative control: the global layer's rope base 1e6 -> 1e5 (the config's, weights untouched)
+    config = copy.deepcopy(model.config)
+    config.rope_parameters["full_attention"]["rope_theta"] = 1e5
+    moved = Gemma3ForCausalLM(config).eval()
+    moved.load_state_dict(model.state_dict())
+    report = fidelity(moved, tokenizer, trace, budget={"kld_mean": 1e-3}, reference_model=model)
+    assert report.own_status == "within"  # 6 positions cannot see it
+    assert report.probe is not None and report.probe.status == "outside", str(report)
+    assert report.status == "outside" and "long probe kld_mean" in str(report).splitlines()[0]
+    off = fidelity(moved, tokenizer, trace, budget={"kld_mean": 1e-3}, reference_model=model, probe=False)
+    assert off.probe is None and off.status == "within"
