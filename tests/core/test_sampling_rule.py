@@ -1,8 +1,8 @@
 """The rule for distributions after truncation (`core.sampling`): a sampled step's support and processed
 probabilities against another sampler's, each part with its negative control. The samplers here are exact
-pure-Python models of transformers' processors (temperature, then top-p, then min-p) and of llama.cpp's default order
-(temperature last), over random logits: the rule holds where only float error differs and fails, naming the support
-or the probability, where the order differs."""
+pure-Python models (tests/support/sampler_models.py) of transformers' processors (temperature, then top-p, then min-p)
+and of llama.cpp's default order (temperature last), over random logits: the rule holds where only float error
+differs and fails, naming the support or the probability, where the order differs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import random
 
 import pytest
 from hypothesis import given, settings, strategies as st
+from sampler_models import LLAMA_DEFAULT, VOCAB, chain
 
 from pytest_genguard.core.jsontext import float32
 from pytest_genguard.core.sampling import (
@@ -23,51 +24,14 @@ from pytest_genguard.core.sampling import (
 from pytest_genguard.core.tolerances import FLOAT32
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step, Support
 
-VOCAB = 400
-
-
-def _softmax(scores: list[float]) -> list[float]:
-    top = max(s for s in scores if s > -math.inf)
-    exps = [math.exp(s - top) if s > -math.inf else 0.0 for s in scores]
-    total = sum(exps)
-    return [e / total for e in exps]
-
-
-def _top_p(scores: list[float], p: float) -> list[float]:
-    """transformers' TopPLogitsWarper: keep the smallest prefix (by probability) whose mass reaches `p`."""
-    probs = _softmax(scores)
-    order = sorted(range(len(scores)), key=lambda i: -probs[i])
-    kept, mass = set(), 0.0
-    for i in order:
-        kept.add(i)
-        mass += probs[i]
-        if mass >= p:
-            break
-    return [s if i in kept else -math.inf for i, s in enumerate(scores)]
-
-
-def _min_p(scores: list[float], m: float) -> list[float]:
-    probs = _softmax(scores)
-    floor = m * max(probs)
-    return [s if probs[i] >= floor else -math.inf for i, s in enumerate(scores)]
-
 
 def transformers_chain(logits: list[float], t: float, top_p: float = 1.0, min_p: float = 0.0) -> list[float]:
-    scores = [v / t for v in logits]
-    if top_p < 1.0:
-        scores = _top_p(scores, top_p)
-    if min_p > 0.0:
-        scores = _min_p(scores, min_p)
-    return _softmax(scores)
+    return chain(logits, SamplerSettings(temperature=t, top_p=top_p, min_p=min_p), [])
 
 
 def llama_default_chain(logits: list[float], t: float, top_p: float = 1.0, min_p: float = 0.0) -> list[float]:
-    scores = list(logits)  # top-p and min-p on the untempered logits, temperature last
-    if top_p < 1.0:
-        scores = _top_p(scores, top_p)
-    if min_p > 0.0:
-        scores = _min_p(scores, min_p)
-    return _softmax([s / t for s in scores])
+    """top-p and min-p on the untempered logits, temperature last."""
+    return chain(logits, SamplerSettings(temperature=t, top_p=top_p, min_p=min_p), [], order=LLAMA_DEFAULT)
 
 
 def _logits(seed: int) -> list[float]:
