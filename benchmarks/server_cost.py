@@ -22,18 +22,20 @@ from benchmarks.harness import alternate, loadavg, machine, secs
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.serving.http import Endpoint
 from pytest_genguard.serving.record import record_server, top_k_of
+from pytest_genguard.serving.servers import connect
 from pytest_genguard.serving.vllm import VLLM
 
 
 def measure(url: str, snapshot: GenerationTrace, pairs: int) -> list[str]:
     """Markdown lines: the per-prompt seconds of both sides and their ratio."""
     endpoint = Endpoint(url)
-    info = VLLM.probe(endpoint, None)
+    server = connect(endpoint, VLLM.name)
+    info = server.info
     k = top_k_of(snapshot)
     prompts = len(snapshot.prompts)
 
     def forced() -> None:
-        record_server(endpoint, snapshot, info=info)
+        record_server(endpoint, snapshot, server=server)
 
     def generated() -> None:
         for p in snapshot.prompts:

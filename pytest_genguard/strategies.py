@@ -23,6 +23,7 @@ from pytest_genguard.core.trace import (
     ModelFingerprint,
     PromptTrace,
     Step,
+    Support,
     TokenizerFingerprint,
 )
 from pytest_genguard.hf.tiny import corpus_texts
@@ -83,6 +84,16 @@ def _descending(values: list[float]) -> list[float]:
 
 
 @st.composite
+def supports(draw: st.DrawFn, *, k: int) -> Support:
+    """A sampled step's support: a kept count inside its near-threshold range and `k` processed probabilities."""
+    kept = draw(st.integers(1, 60_000))
+    low = draw(st.integers(1, kept))
+    high = draw(st.integers(kept, kept + 300))
+    probs = draw(st.lists(float32s(min_value=0.0, max_value=1.0), min_size=k, max_size=k))
+    return Support(kept, tuple(sorted(probs, reverse=True)), low, high)
+
+
+@st.composite
 def steps(
     draw: st.DrawFn,
     *,
@@ -113,7 +124,8 @@ def steps(
         logprob = draw(float32s(allow_nan=allow_nan))
     score = draw(st.one_of(st.just(logprob), float32s(allow_nan=allow_nan)))
     token = vocab[token_id % len(vocab)] if vocab else draw(token_texts())
-    return Step(token_id, token, logprob, score, tuple(ids), tuple(logprobs))
+    support = draw(st.one_of(st.none(), supports(k=len(ids))))  # a sampled step's, sometimes
+    return Step(token_id, token, logprob, score, tuple(ids), tuple(logprobs), support=support)
 
 
 @st.composite

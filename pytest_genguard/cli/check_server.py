@@ -44,6 +44,7 @@ def check_server_command(
     write_trace: Path | None = None,
     load: bool = False,
     server: str = "auto",
+    align_sampler: bool = False,
 ) -> int:
     """`genguard check-server`: every trace snapshot in `paths` (files, or folders searched for them) judged against
     the server at `url`; exit codes in `pytest_genguard.serving.check`. Needs neither torch nor transformers."""
@@ -61,6 +62,7 @@ def check_server_command(
             write_trace=write_trace,
             load=load,
             server=server,
+            align_sampler=align_sampler,
         )
     except ValueError as exc:
         raise CliError(str(exc)) from None
@@ -129,6 +131,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--load", action="store_true", help="also measure batch variance under concurrent load, per snapshot"
     )
+    p.add_argument(
+        "--align-sampler",
+        action="store_true",
+        help="judge sampled snapshots with the request fields that align the server's sampler with transformers' "
+        "(llama-server: samplers in transformers' order, repeat_last_n over the whole sequence)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,4 +153,5 @@ def run(args: argparse.Namespace) -> int:
         write_trace=args.write_trace,
         load=args.load,
         server=args.server,
+        align_sampler=args.align_sampler,
     )

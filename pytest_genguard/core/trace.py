@@ -19,7 +19,11 @@ JSON form (schema 1), chosen for review in a git diff:
   conversation, one message a line) and ``"from_ids": true``; the tokenizer's ``"chat_template"``; the model's
   ``"adapters"`` block (PEFT adapters: see `pytest_genguard.core.adapters`), ``"name_or_path"`` and ``"revision"``
   (where it came from); ``"calibration"`` after the environment (what genguard's reference conversions of the model
-  cost: `pytest_genguard.hf.fidelity.calibrate`).
+  cost: `pytest_genguard.hf.fidelity.calibrate`);
+- a sampled step's support, last on its line: ``"kept"`` (how many tokens the processors kept), ``"kept_range"``
+  (only where near-threshold tokens make other counts possible within float error) and ``"probs"`` (the processed
+  probability of each top-k token), for judging a server's sampler (`pytest_genguard.core.sampling`). Greedy and beam
+  steps, and every trace recorded before them, keep their bytes.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from pytest_genguard.core.trace_parts import (
     ModelFingerprint as ModelFingerprint,
     PromptTrace as PromptTrace,
     Step as Step,
+    Support as Support,
     TokenizerFingerprint as TokenizerFingerprint,
 )
 
@@ -127,11 +132,21 @@ def _margin(value: float) -> str:
 def _step(step: Step) -> str:
     best = "" if step.best_score is None else f'"best_score": {format_float(step.best_score)}, '
     lse = "" if step.lse is None else f'"lse": {format_float(step.lse)}, '
+    support = _support(step.support)
     return (
         f'{{"id": {step.token_id}, "token": {string_text(step.token)}, "logprob": {format_float(step.logprob)}, '
         f'"score": {format_float(step.score)}, {best}{lse}"margin": {_margin(step.margin)}, '
-        f'"top_ids": {ints_text(step.top_ids)}, "top_logprobs": {floats_text(step.top_logprobs)}}}'
+        f'"top_ids": {ints_text(step.top_ids)}, "top_logprobs": {floats_text(step.top_logprobs)}{support}}}'
     )
+
+
+def _support(support: Support | None) -> str:
+    """A sampled step's support, after its top-k (nothing for other steps, so their lines keep their bytes)."""
+    if support is None:
+        return ""
+    band = (support.low, support.high)
+    near = "" if band == (support.kept, support.kept) else f', "kept_range": {ints_text(band)}'
+    return f', "kept": {support.kept}{near}, "probs": {floats_text(support.probs)}'
 
 
 def _message(message: Mapping[str, Any]) -> str:
@@ -300,7 +315,20 @@ def _read_step(r: _Reader, raw: Any, where: str) -> Step:
         top_logprobs=top_lps,
         best_score=None if obj.get("best_score") is None else r.float_(obj["best_score"], f"{where}.best_score"),
         lse=None if obj.get("lse") is None else r.float_(obj["lse"], f"{where}.lse"),
+        support=None if obj.get("kept") is None else _read_support(r, obj, len(top_ids), where),
     )
+
+
+def _read_support(r: _Reader, obj: dict[str, Any], k: int, where: str) -> Support:
+    kept = r.int_(obj["kept"], f"{where}.kept")
+    probs = tuple(r.float_(v, f"{where}.probs") for v in r.list_(r.key(obj, "probs", where), f"{where}.probs"))
+    if len(probs) != k:
+        raise r.fail(where, f"probs has {len(probs)} entries but top_ids has {k}")
+    band = [r.int_(v, f"{where}.kept_range") for v in r.list_(obj.get("kept_range", [kept, kept]), where)]
+    if len(band) != 2 or not 0 <= band[0] <= kept <= band[1]:
+        raise r.fail(f"{where}.kept_range", f"expected [low, high] around kept {kept}, found {band!r}")
+    low, high = band
+    return Support(kept, probs, low, high)
 
 
 def _read_prompt(r: _Reader, raw: Any, where: str) -> PromptTrace:

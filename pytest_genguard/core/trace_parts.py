@@ -13,10 +13,39 @@ from typing import Any, Literal
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.text import quote
 
-__all__ = ["FINISH_REASONS", "FinishReason", "ModelFingerprint", "PromptTrace", "Step", "TokenizerFingerprint"]
+__all__ = [
+    "FINISH_REASONS",
+    "FinishReason",
+    "ModelFingerprint",
+    "PromptTrace",
+    "Step",
+    "Support",
+    "TokenizerFingerprint",
+]
 
 FinishReason = Literal["eos", "length", "stop"]
 FINISH_REASONS: tuple[str, ...] = ("eos", "length", "stop")
+
+
+@dataclass(frozen=True)
+class Support:
+    """What a sampled step's processors kept, as `record()` saw it: enough to judge another sampler (a server's)
+    without replaying its random draws (`pytest_genguard.core.sampling`).
+
+    `kept` is how many tokens kept a finite processed score (the support after temperature, top-k, top-p, min-p...);
+    `low`/`high` the support sizes within float error of the thresholds (near-threshold tokens: a sampler that rounds
+    otherwise may keep any count in between), equal to `kept` where no token lies that near; `probs` the processed
+    probability of each of the step's raw `top_ids` (what sampling drew from; 0.0 for a token the processors
+    removed), float32."""
+
+    kept: int
+    probs: tuple[float, ...]
+    low: int
+    high: int
+
+    def __post_init__(self) -> None:
+        if not self.low <= self.kept <= self.high:
+            raise ValueError(f"Support: kept {self.kept} outside its near-threshold range {self.low}-{self.high}")
 
 
 @dataclass(frozen=True)
@@ -42,6 +71,9 @@ class Step:
     """The log-sum-exp of the step's raw logits (logprob = logit - lse): the scale at which float32 rounds every
     logprob of the step, which the comparison rule's allowance grows with (`Tolerances.lse_ulps`). None in traces
     of pytest-genguard 0.1, which are compared with the rule of that version."""
+    support: Support | None = None
+    """A sampled step's support and processed probabilities (None: a greedy or beam step, or a trace recorded before
+    genguard kept them); never compared by `compare()`: the sampler rule judges it (`core.sampling`)."""
 
     def __post_init__(self) -> None:
         if self.best_score is not None and self.best_score == self.score:

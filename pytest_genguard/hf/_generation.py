@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.jsontext import JSONScalar
-from pytest_genguard.core.trace import PromptTrace, Step
+from pytest_genguard.core.trace import PromptTrace, Step, Support
 from pytest_genguard.hf import inputs as checks, raw_logits_guard
 from pytest_genguard.hf.decoding_settings import SETTING_KEYS, float_setting, int_setting, mode, trace_settings
 from pytest_genguard.hf.kernel_limits import named_failure
@@ -406,7 +406,10 @@ def prompt_trace(
     max_new_tokens: int,
     tokenizer: PreTrainedTokenizerBase,
     pad_id: int | None = None,
+    supports: Sequence[Sequence[Support]] | None = None,
 ) -> PromptTrace:
+    """One prompt's trace from its generated ids and the collected steps (`supports`: a sampled run's, per step and
+    prompt)."""
     path: list[Step] = []
     finish = "length"
     # The values come from float32 tensors (see collect_steps), so each is a float32 already: no float32() rounding.
@@ -422,6 +425,7 @@ def prompt_trace(
                 top_logprobs=tuple(s["top_vals"][b]),
                 best_score=s["best"][b],
                 lse=s["lse"][b],
+                support=None if supports is None else supports[t][b],
             )
         )
         if int(token_id) in eos:

@@ -25,23 +25,25 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["apply_along_path"]
+__all__ = ["TRUNCATING", "apply_along_path"]
 
 # Steps are processed in chunks so that the [batch, steps, vocab] temporaries stay bounded for large vocabularies.
 _CHUNK_ELEMENTS = 1 << 24
 
-_ROWWISE = frozenset(
+TRUNCATING = frozenset(
     {
-        "TemperatureLogitsWarper",
         "TopKLogitsWarper",
         "TopPLogitsWarper",
         "MinPLogitsWarper",
         "TypicalLogitsWarper",
         "EpsilonLogitsWarper",
         "EtaLogitsWarper",
-        "SuppressTokensLogitsProcessor",
+        "TopHLogitsWarper",
     }
 )
+"""The processors that remove tokens rather than move their scores (`sampled_support`'s near-threshold ranges)."""
+
+_ROWWISE = (TRUNCATING - {"TopHLogitsWarper"}) | {"TemperatureLogitsWarper", "SuppressTokensLogitsProcessor"}
 """Processors whose result for a row depends on that row of scores only (never on the ids)."""
 
 

@@ -36,6 +36,7 @@ from pytest_genguard.hf._generation import (
 )
 from pytest_genguard.hf.environment import environment, model_device
 from pytest_genguard.hf.fingerprint import model_fingerprint
+from pytest_genguard.hf.sampled_support import sampled_supports
 from pytest_genguard.hf.tokenizer_hash import tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -209,6 +210,19 @@ def _generate(
         with seeded(call.seed, device), length_clash_muted():
             out = model.generate(**inputs, generation_config=prepared.config, **prepared.model_kwargs)
         steps = collect_steps(out, len(call.prompts), call.top_k)
+        fingerprint = model_fingerprint(model)
+        supports = sampled_supports(
+            model,
+            tokenizer,
+            prepared.settings,
+            out,
+            len(call.prompts),
+            start,
+            None if encoder_decoder else inputs.get("attention_mask"),
+            [s["top_ids"] for s in steps],
+            [s["lse"] for s in steps],
+            fingerprint.dtype,
+        )
     generated = out.sequences[:, start:].tolist()
     lengths = path_lengths(out)
     if lengths is not None:  # beam search: a hypothesis that ended early is followed by padding
@@ -224,7 +238,9 @@ def _generate(
     )
     pad_id = prepared.config.pad_token_id if can_stop_early and isinstance(prepared.config.pad_token_id, int) else None
     prompt_traces = [
-        prompt_trace(p, batch.prompt_ids[b], generated[b], steps, b, texts, eos, call.max_new_tokens, tokenizer, pad_id)
+        prompt_trace(
+            p, batch.prompt_ids[b], generated[b], steps, b, texts, eos, call.max_new_tokens, tokenizer, pad_id, supports
+        )
         for b, p in enumerate(call.prompts)
     ]
     chat_settings: dict[str, Any] = {}
@@ -244,7 +260,7 @@ def _generate(
             "record_top_k": call.top_k,
             "seed": call.seed,
         },
-        model=model_fingerprint(model),
+        model=fingerprint,
         tokenizer=tokenizer_fingerprint(tokenizer),
         environment=environment(model, device),
         token_texts=alternative_texts(prompt_traces, texts),

@@ -88,6 +88,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--genguard-server-model", metavar="NAME", default=None, help="the served model's name.")
     group.addoption(
+        "--genguard-server-align-sampler",
+        action="store_true",
+        default=False,
+        help="send the server the request fields that align its sampler with transformers' (llama-server: samplers, "
+        "repeat_last_n) when judging sampled snapshots.",
+    )
+    group.addoption(
         "--genguard-gguf",
         metavar="FILE",
         default=None,

@@ -7,8 +7,11 @@ tolerances (its ``genguard`` marker on the ini options, `settings.tolerance_over
 ``@pytest.mark.genguard(fidelity=...)``, by that budget (`fidelity_marker.marker_budget`), through the one gate of
 `core.gate`: within (proven) passes; outside, and unproven (within on lower bounds only, which proves nothing: the
 failure names how to prove it), fail the assertion. A regression, a budget broken, a stale server (another tokenizer)
-or a server that cannot answer fails the assertion with the server's explanation. The outcome is a ``snapshot``
-event with ``via: "server"``. Recorder histories are not judged (a server serves one model, not a training run).
+or a server that cannot answer fails the assertion with the server's explanation. A sampled snapshot's sampler is
+judged too (its distribution after truncation along the path; ``--genguard-server-align-sampler`` sends the fields
+that align the server's sampler semantics), through the same gate: within passes, outside and unproven fail. The
+outcome is a ``snapshot`` event with ``via: "server"``. Recorder histories are not judged (a server serves one model,
+not a training run). The server is probed once per session (`_server`), shared by every assertion.
 """
 
 from __future__ import annotations
@@ -29,6 +32,21 @@ from pytest_genguard.plugin.settings import settings
 
 __all__ = ["judge_stored"]
 
+_SERVER = pytest.StashKey[Any]()
+
+
+def _server(config: pytest.Config, url: str, model: str | None) -> Any:
+    """The session's `serving.servers.Server` at `url`: probed at its first use, shared by every assertion (a
+    failed probe is not kept: the next assertion says the same)."""
+    from pytest_genguard.serving.http import Endpoint  # the HTTP side loads with the option only
+    from pytest_genguard.serving.servers import connect
+
+    server = config.stash.get(_SERVER, None)
+    if server is None:
+        server = connect(Endpoint.from_env(url), model=model)
+        config.stash[_SERVER] = server
+    return server
+
 
 def judge_stored(
     config: pytest.Config,
@@ -47,26 +65,32 @@ def judge_stored(
     if current.server is None:
         return None
     from pytest_genguard.serving.check import ON_A_SERVER, judge, worst_share  # the HTTP side: with the option only
-    from pytest_genguard.serving.http import Endpoint
 
     server = f"--genguard-server {current.server}"
     try:
+        connected = _server(config, current.server, current.server_model)
         judged = judge(
-            Endpoint.from_env(current.server),
+            connected.endpoint,
             document,
             label=source,
             model=current.server_model,
+            server=connected,
             budget=budget,
             overrides=overrides,
+            align_sampler=current.server_align_sampler,
         )
     except ServerError as exc:
         lines = [f"genguard snapshot {name!r} ({source}) could not be judged on the server ({server}):", str(exc)]
         _emit(Status.INVALID, lines, name, failure=True)
         return lines
-    if judged.stale is not None or judged.comparison is None:
+    if judged.stale is not None or (judged.comparison is None and judged.sampler is None):
         lines = [f"genguard snapshot {name!r} ({source}) is stale on the server ({server}):", str(judged.stale)]
         _emit(Verdict.STALE, lines, name, failure=True)
         return lines
+    sampler = judged.sampler
+    if sampler is not None and (judged.comparison is None or sampler.status != "within"):
+        return _sampler_outcome(judged.verdict, sampler.lines(), name, source, server, sampler.status)
+    assert judged.comparison is not None
     comparison = judged.comparison
     if judged.report is not None:
         report = judged.report
@@ -85,7 +109,8 @@ def judge_stored(
     share, where = worst_share(comparison)
     head = f"genguard snapshot {name!r} ({source}) on the server ({server}): {comparison.verdict}"
     if comparison.ok:
-        _emit(comparison.verdict, [f"{head}; worst drift {share:.2%} of the allowance ({where})"], name, failure=False)
+        held = [f"{head}; worst drift {share:.2%} of the allowance ({where})", *(sampler.lines() if sampler else ())]
+        _emit(comparison.verdict, held, name, failure=False)
         return None
     lines = [head, *str(comparison).splitlines()]
     if comparison.dtype_change is not None:
@@ -95,6 +120,17 @@ def judge_stored(
         )
     _emit(comparison.verdict, lines, name, failure=True, expected=stored, actual=comparison.actual.to_json())
     return lines
+
+
+def _sampler_outcome(
+    verdict: Verdict, lines: list[str], name: str, source: str, server: str, status: str
+) -> list[str] | None:
+    """A sampled snapshot's sampler on the server (checked after its raw values held, or alone where the server
+    cannot teacher force): within passes; outside (its cause, fix and what was sent) and unproven (a support the
+    server did not show) fail the assertion, as the one gate does."""
+    said = [f"genguard snapshot {name!r} ({source}) on the server ({server}): sampler {status}", *lines]
+    _emit(verdict, said, name, failure=status != "within")
+    return None if status == "within" else said
 
 
 def _emit(verdict: Verdict | Status, lines: list[str], name: str, *, failure: bool, **fields: Any) -> None:

@@ -131,6 +131,7 @@ class Settings:
     pin_dir: Path = field(default_factory=lambda: Path.cwd() / "__genguard_pins__")
     server: str | None = None  # --genguard-server: also judge this running server against every snapshot
     server_model: str | None = None
+    server_align_sampler: bool = False  # --genguard-server-align-sampler
     gguf: Path | None = None  # --genguard-gguf: also judge this GGUF through llama.cpp against every snapshot
     gguf_kv_cache: str = "f16"
     gguf_model: Path | None = None
@@ -236,6 +237,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         pin_dir=project_root(config) / str(config.getini("genguard_pin_dir") or "__genguard_pins__"),
         server=_server(config),
         server_model=config.getoption("genguard_server_model") or None,
+        server_align_sampler=bool(config.getoption("genguard_server_align_sampler")),
         gguf=_existing(config, "genguard_gguf", "the .gguf file llama.cpp runs"),
         gguf_kv_cache=str(config.getoption("genguard_gguf_kv_cache") or "f16"),
         gguf_model=_existing(config, "genguard_gguf_model", "the folder save_pretrained wrote"),

@@ -10,7 +10,12 @@ Exit codes (`core.gate`): 0 every snapshot holds (with a budget: within, proven)
 (proven), 2 bad input (unreachable server, model not served, a logprobs cap below the snapshot's top-k, an unreadable
 snapshot), 3 stale (the server's tokenizer or the snapshot's settings differ: re-record, or point at the right model),
 4 within the budget on lower bounds only (unproven). The worst wins in that order: 1, then 3, then 4. The server is
-probed once for all snapshots; `concurrency` snapshots are judged at once (a thread per request in flight).
+probed once for all snapshots (`servers.connect`); `concurrency` snapshots are judged at once (a thread per request in
+flight).
+
+A sampled snapshot's sampler is judged too (`sampler.judge_sampler`): its distribution after truncation at every step
+of the snapshot's path; outside is a regression (exit 1), a support the server does not show is unproven (exit 4).
+llama-server cannot teacher force, so a sampled snapshot is judged there by its sampler alone.
 """
 
 from __future__ import annotations
@@ -34,14 +39,16 @@ from pytest_genguard.core.gate import (
     exit_for,
     gate_line,
 )
-from pytest_genguard.core.tolerances import Overrides
+from pytest_genguard.core.sampling import SamplerReport, SamplerSettings
+from pytest_genguard.core.tolerances import Overrides, Tolerances, dtype_default
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.serving.http import Endpoint
 from pytest_genguard.serving.load import batch_variance
-from pytest_genguard.serving.protocol import ServerInfo, ServerMapping
-from pytest_genguard.serving.record import ServerRun, at_top_k, record_server, top_k_of
-from pytest_genguard.serving.servers import mapping_for
+from pytest_genguard.serving.protocol import ServerMapping
+from pytest_genguard.serving.record import ServerRun, at_top_k, check_tokenizer, record_server, top_k_of
+from pytest_genguard.serving.sampler import judge_sampler
+from pytest_genguard.serving.servers import Server, connect
 from pytest_genguard.serving.written import trace_paths, write_trace
 
 __all__ = [
@@ -71,30 +78,41 @@ ON_A_SERVER = "ask the server for at least the snapshot's top-k logprobs at ever
 @dataclass(frozen=True)
 class Judged:
     """One snapshot judged against the server: the comparison (the rule's, or the staleness check's under a budget),
-    the budget's report, or why it is stale before any value was compared."""
+    the budget's report, the sampler's report (a sampled snapshot), or why it is stale before any value was compared.
+    A sampled snapshot on a server that cannot teacher force has a sampler report and no comparison."""
 
     label: str
     run: ServerRun | None
     comparison: Comparison | None
     stale: str | None = None
     report: FidelityReport | None = None
+    sampler: SamplerReport | None = None
 
     @property
     def verdict(self) -> Verdict:
-        if self.comparison is None or self.comparison.verdict is Verdict.STALE:
+        if self.stale is not None or (self.comparison is not None and self.comparison.verdict is Verdict.STALE):
             return Verdict.STALE
+        if self.sampler is not None and self.sampler.status == "outside":
+            return Verdict.REGRESSION
+        if self.comparison is None:
+            return Verdict.STALE if self.sampler is None else Verdict.WITHIN_TOLERANCE
         if self.report is not None:
             return Verdict.WITHIN_TOLERANCE if self.report.holds else Verdict.REGRESSION
         return self.comparison.verdict
 
     @property
     def status(self) -> str:
-        """The budget's status (within, outside, unproven), "stale", or the rule's "holds"/"regression"."""
+        """The budget's status (within, outside, unproven), "stale", or the rule's "holds"/"regression"; a sampler
+        outside is a "regression", one unproven makes a holding snapshot "unproven"."""
         if self.verdict is Verdict.STALE:
             return "stale"
-        if self.report is not None:
-            return self.report.status
-        return "holds" if self.verdict.ok else "regression"
+        if self.sampler is not None and self.sampler.status == "outside":
+            return "regression"
+        rule = "holds" if self.verdict.ok else "regression"
+        status = self.report.status if self.report is not None else rule
+        if self.sampler is not None and self.sampler.status == "unproven" and status in ("holds", "within"):
+            return "unproven"
+        return status
 
 
 def judge(
@@ -105,15 +123,27 @@ def judge(
     model: str | None = None,
     dtype: str | None = None,
     mode: str = "teacher forced",
-    info: ServerInfo | None = None,
+    server: Server | None = None,
     budget: Budget | None = None,
     logprobs: int | None = None,
-    mapping: ServerMapping | None = None,
     overrides: Overrides | None = None,
+    align_sampler: bool = False,
 ) -> Judged:
     """`reference` against the server: by the comparison rule (with `overrides`: a test's ini and marker
-    tolerances), or by `budget` (`ServerError` for a server that cannot answer). `logprobs` asks for more than the
-    snapshot's top-k (a tighter bound); the rule judges the snapshot's top-k."""
+    tolerances), or by `budget` (`ServerError` for a server that cannot answer); a sampled snapshot's sampler too
+    (`align_sampler`: with the requests that align the server's sampler semantics). `logprobs` asks for more than
+    the snapshot's top-k (a tighter bound); the rule judges the snapshot's top-k. `server`: the server as this run
+    probed it (default: probed here)."""
+    server = server if server is not None else connect(endpoint, model=model)
+    overrides = overrides or Overrides()
+    sampled = SamplerSettings.of(reference.settings) is not None
+    if sampled and server.mapping.score is None:  # llama-server: no teacher forcing; its sampler is what it shows
+        try:
+            check_tokenizer(endpoint, server.info, server.mapping, reference)
+        except ServerStale as exc:
+            return Judged(label, None, None, stale=str(exc))
+        tol = _sampler_tolerances(reference, server.info.dtype, overrides, budget)
+        return Judged(label, None, None, sampler=judge_sampler(server, reference, align=align_sampler, tolerances=tol))
     try:
         run = record_server(
             endpoint,
@@ -121,8 +151,7 @@ def judge(
             model=model,
             dtype=dtype,
             mode=mode,
-            mapping=mapping,
-            info=info,
+            server=server,
             logprobs=logprobs,
             every_step=budget is not None,  # a budget counts a flip and goes on; the rule explains the first one
         )
@@ -130,13 +159,35 @@ def judge(
         return Judged(label, None, None, stale=str(exc))
     judged = at_top_k(run.trace, top_k_of(reference))
     if budget is None:
-        return Judged(label, run, compare(reference, judged, **(overrides or Overrides()).args()))
-    # a budget compares distributions over the same tokens: another tokenizer, settings or prompts are still stale;
-    # the dtype switch is the point
-    cmp = compare(reference, judged, check_fingerprints=Fingerprints.TOKENIZER, allow_dtype_change=True)
-    if cmp.verdict is Verdict.STALE:
-        return Judged(label, run, cmp, stale=str(cmp))
-    return Judged(label, run, cmp, report=traces_report(reference, run.trace, budget))
+        cmp = compare(reference, judged, **overrides.args())
+        report = None
+    else:
+        # a budget compares distributions over the same tokens: another tokenizer, settings or prompts are still
+        # stale; the dtype switch is the point
+        cmp = compare(reference, judged, check_fingerprints=Fingerprints.TOKENIZER, allow_dtype_change=True)
+        if cmp.verdict is Verdict.STALE:
+            return Judged(label, run, cmp, stale=str(cmp))
+        report = traces_report(reference, run.trace, budget)
+    sampler = None
+    if sampled and cmp.verdict is not Verdict.STALE:
+        tol = _sampler_tolerances(reference, run.dtype, overrides, budget)
+        sampler = judge_sampler(server, reference, align=align_sampler, tolerances=tol)
+    return Judged(label, run, cmp, report=report, sampler=sampler)
+
+
+_BUDGET_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+"""A cast's budget judges the sampler by that dtype's float rule (a server whose logits are rounded so: llama-server's
+f16 KV cache); other budgets leave it at the snapshot's (or the served) dtype."""
+
+
+def _sampler_tolerances(
+    reference: GenerationTrace, served: str | None, overrides: Overrides, budget: Budget | None = None
+) -> Tolerances:
+    """The sampler rule's allowance: the snapshot's dtype default, the served dtype's or a cast budget's where looser,
+    with the test's overrides."""
+    tol = dtype_default(reference.dtype).loosest(dtype_default(served or reference.dtype))
+    cast = _BUDGET_DTYPES.get(budget.precision or "") if budget is not None else None
+    return overrides.on(tol.loosest(dtype_default(cast)) if cast else tol)
 
 
 def worst_share(cmp: Comparison) -> tuple[float, str]:
@@ -166,6 +217,8 @@ class CheckOptions:
     load: bool = False
     server: str = "auto"
     """The server's API (`servers.SERVER_KINDS`): auto asks the server."""
+    align_sampler: bool = False
+    """Send the requests that align the server's sampler semantics with transformers' (`protocol.Alignment`)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -175,12 +228,7 @@ class CheckOptions:
 
 
 def _logprobs(
-    endpoint: Endpoint,
-    info: ServerInfo,
-    traces: Sequence[tuple[str, GenerationTrace]],
-    opts: CheckOptions,
-    mapping: ServerMapping,
-    out: IO[str],
+    server: Server, traces: Sequence[tuple[str, GenerationTrace]], opts: CheckOptions, out: IO[str]
 ) -> int | None:
     """How many logprobs to ask for, said on one line; None: each snapshot's own top-k."""
     k = max((top_k_of(t) for _, t in traces), default=0)
@@ -189,10 +237,11 @@ def _logprobs(
             raise ValueError(f"--max-logprobs {opts.max_logprobs}: below the snapshots' top-{k}; ask for at least {k}")
         out.write(f"logprobs per step: {opts.max_logprobs} (--max-logprobs)\n")
         return opts.max_logprobs
-    if opts.budget is None or mapping.max_logprobs is None:
+    probe = server.mapping.max_logprobs
+    if opts.budget is None or probe is None:
         return None
     first = next((p.prompt_ids[0] for _, t in traces for p in t.prompts if p.prompt_ids), None)
-    cap = mapping.max_logprobs(endpoint, info, 0 if first is None else first)
+    cap = probe(server.endpoint, server.info, 0 if first is None else first)
     asked = max(k, UNCAPPED_LOGPROBS if cap is None else cap)
     said = "the server sets no cap" if cap is None else "the server's cap"
     out.write(f"logprobs per step: {asked} ({said}; the snapshots recorded a top-{k})\n")
@@ -202,11 +251,22 @@ def _logprobs(
 def _lines(result: Judged) -> Iterator[str]:
     """What the command prints for one judged snapshot."""
     label = result.label
+    if result.stale is None and result.run is None and result.sampler is not None:
+        lines = result.sampler.lines()
+        yield f"{result.status.upper()} {label}: {lines[0]}"
+        yield from lines[1:]
+        return
     if result.stale is not None or result.comparison is None or result.run is None:
         yield f"STALE {label}"
         yield "  " + str(result.stale).replace("\n", "\n  ")
         return
-    cmp, run = result.comparison, result.run
+    yield from _raw_lines(result, label, result.comparison, result.run)
+    if result.sampler is not None:
+        yield from ("  " + line if n == 0 else line for n, line in enumerate(result.sampler.lines()))
+
+
+def _raw_lines(result: Judged, label: str, cmp: Comparison, run: ServerRun) -> Iterator[str]:
+    """The lines of the raw values' judgement: the rule's or the budget's."""
     dtype_note = f"dtype {run.dtype} ({run.dtype_source})"
     if result.report is not None:
         report = result.report
@@ -260,17 +320,18 @@ def check_traces(
     dtype: str | None = None,
     out: IO[str],
     options: CheckOptions | None = None,
-    mapping: ServerMapping | None = None,
+    server: Server | None = None,
 ) -> int:
-    """Judge each labelled trace against the server (probed once), `options.concurrency` at once; print one line per
-    snapshot (in the order given) and each failure's explanation; return the exit code. `ServerError` propagates
-    (bad input: exit 2), as does a `ValueError` for bad options or a `--write-trace` file that is not ours."""
+    """Judge each labelled trace against the server (probed once: `server`, else `servers.connect` here),
+    `options.concurrency` at once; print one line per snapshot (in the order given) and each failure's explanation;
+    return the exit code. `ServerError` propagates (bad input: exit 2), as does a `ValueError` for bad options or a
+    `--write-trace` file that is not ours."""
     opts = options if options is not None else CheckOptions(model=model, dtype=dtype)
     paths = trace_paths(opts.write_trace, [label for label, _ in traces]) if opts.write_trace is not None else None
-    mapping = mapping if mapping is not None else mapping_for(endpoint, opts.server)
-    info = mapping.probe(endpoint, opts.model)
-    out.write(f"genguard check-server: {info.label(_mode(mapping))}, model {info.model}\n")
-    logprobs = _logprobs(endpoint, info, traces, opts, mapping, out)
+    server = server if server is not None else connect(endpoint, opts.server, opts.model)
+    info = server.info
+    out.write(f"genguard check-server: {info.label(_mode(server.mapping))}, model {info.model}\n")
+    logprobs = _logprobs(server, traces, opts, out)
 
     def one(item: tuple[str, GenerationTrace]) -> Judged:
         label, trace = item
@@ -280,10 +341,10 @@ def check_traces(
             label=label,
             model=opts.model,
             dtype=opts.dtype,
-            info=info,
+            server=server,
             budget=opts.budget,
             logprobs=logprobs,
-            mapping=mapping,
+            align_sampler=opts.align_sampler,
         )
 
     judged: list[Judged] = []
@@ -299,13 +360,18 @@ def check_traces(
         out.write(f"wrote {len(written)} server traces under {opts.write_trace}\n")
     if opts.load:
         for label, trace in traces:
+            if server.mapping.score is None and SamplerSettings.of(trace.settings) is not None:
+                out.write(
+                    f"load {label}: not measured: {info.engine} replays no sampled path (it cannot teacher force)\n"
+                )
+                continue
             _, variance = batch_variance(
                 endpoint,
                 trace,
                 clients=max(opts.concurrency, 2),
                 background=background_traffic(trace),
                 model=opts.model,
-                mapping=mapping,
+                server=server,
             )
             out.write(f"load {label}: " + variance.summary().replace("\n", "\n  ") + "\n")
     code = exit_code(judged)

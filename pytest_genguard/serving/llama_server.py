@@ -14,6 +14,13 @@ with the pre-sampling top logprobs of each generated token by id, compared as a 
   probabilities: the softmax of the raw logits, so ``logprob`` is the raw log-softmax), ``return_tokens`` and no
   prompt cache (each request computes its prompt, as the snapshot's run did).
 
+A sampled snapshot's sampler (`sampler.py`): ``POST /completion`` with the prefix as the prompt, ``n_predict: 1``,
+``post_sampling_probs: true`` and ``n_probs: N`` gives the probabilities after its sampler chain (its candidates
+after the chain, largest first; fewer than N when it kept fewer). The snapshot's settings go to their fields
+(`sampler_fields`, every sampler transformers lacks off: llama-server's defaults keep top-k 40 and min-p 0.05); its
+order and penalty window stay the server's unless aligned (`ALIGNMENTS`: ``samplers`` in transformers' order,
+``repeat_last_n`` over the whole sequence).
+
 Its logprobs are ``log(p)`` of float32 probabilities normalized by a float32 sum over the vocabulary: a step's
 logprobs all carry the rounding of that one sum (up to ``n_vocab`` * 2^-23; 1e-4 measured on SmolLM2's 49,152
 tokens), which the comparison rule allows on the chosen token's logprob while it judges the top-k as gaps to it
@@ -29,10 +36,22 @@ from typing import Any
 
 from pytest_genguard.core.errors import ServerError
 from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.sampling import Cause, SamplerSettings, Served
 from pytest_genguard.serving.http import Endpoint
-from pytest_genguard.serving.protocol import Generated, Scored, ServerInfo, ServerMapping
+from pytest_genguard.serving.protocol import Alignment, Generated, SamplerApi, Scored, ServerInfo, ServerMapping
 
-__all__ = ["LLAMA_SERVER", "generation_request", "is_llama_server", "parse_generated", "probe"]
+__all__ = [
+    "ALIGNMENTS",
+    "LLAMA_SERVER",
+    "TRANSFORMERS_ORDER",
+    "distribution_request",
+    "generation_request",
+    "is_llama_server",
+    "parse_distribution",
+    "parse_generated",
+    "probe",
+    "sampler_fields",
+]
 
 _STOPS = {"eos": "eos", "limit": "length"}
 """llama-server's ``stop_type`` -> genguard's finish reason (``word``: a stop string, which genguard never sends)."""
@@ -172,6 +191,126 @@ def parse_generated(doc: Any, k: int, *, where: str) -> Generated:
     return Generated(tuple(steps), _STOPS[stop])
 
 
+_OFF: dict[str, Any] = {
+    "dynatemp_range": 0.0,
+    "mirostat": 0,
+    "dry_multiplier": 0.0,
+    "xtc_probability": 0.0,
+    "top_n_sigma": -1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+"""llama.cpp's samplers transformers does not have, off (a server started with them on would apply them)."""
+
+TRANSFORMERS_ORDER = ("penalties", "temperature", "top_k", "top_p", "min_p", "typ_p")
+"""transformers' processor order in llama.cpp's sampler names (its default chain: penalties; dry; top_n_sigma; top_k;
+typ_p; top_p; min_p; xtc; temperature: temperature last)."""
+
+
+def sampler_fields(sampler: SamplerSettings, prefix_length: int) -> dict[str, Any]:
+    """The snapshot's settings as llama-server's request fields (values only: the order and the penalty window are
+    the server's unless aligned)."""
+    return {
+        "temperature": sampler.temperature,
+        "top_k": sampler.top_k,
+        "top_p": sampler.top_p,
+        "min_p": sampler.min_p,
+        "typical_p": sampler.typical_p,
+        "repeat_penalty": sampler.repetition_penalty,
+        **_OFF,
+    }
+
+
+def _order_differs(sampler: SamplerSettings) -> bool:
+    """Whether llama.cpp's default order gives another distribution for these settings: temperature before or after
+    a cut by probability (top-p, min-p, typical-p), or typical-p before top-p and min-p (top-k commutes with both)."""
+    cuts = sampler.top_p < 1.0 or sampler.min_p > 0.0 or sampler.typical_p < 1.0
+    typical_first = sampler.typical_p < 1.0 and (sampler.top_p < 1.0 or sampler.min_p > 0.0)
+    return (sampler.temperature != 1.0 and cuts) or typical_first
+
+
+ALIGNMENTS = (
+    Alignment(
+        "samplers",
+        Cause(
+            "sampler order",
+            "llama.cpp applies temperature after top-k, top-p and min-p (its default sampler order: penalties; dry; "
+            "top_n_sigma; top_k; typ_p; top_p; min_p; xtc; temperature), transformers applies it first",
+            f"pass samplers {list(TRANSFORMERS_ORDER)} in the request (check-server --align-sampler and "
+            f"--genguard-server-align-sampler send it) or start llama-server with --samplers "
+            f"'{';'.join(TRANSFORMERS_ORDER)}'",
+        ),
+        _order_differs,
+        lambda sampler, length: {"samplers": list(TRANSFORMERS_ORDER)},
+    ),
+    Alignment(
+        "repeat_last_n",
+        Cause(
+            "penalty window",
+            "llama.cpp's repetition penalty covers the last 64 tokens (repeat_last_n), transformers' the whole "
+            "sequence, prompt included",
+            "pass repeat_last_n of at least the sequence's length in the request (check-server --align-sampler and "
+            "--genguard-server-align-sampler send it) or start llama-server with --repeat-last-n N (N at least the "
+            "longest prompt and path)",
+        ),
+        lambda sampler: sampler.repetition_penalty != 1.0,
+        lambda sampler, length: {"repeat_last_n": length},
+    ),
+)
+"""The request fields that give llama-server transformers' semantics where the settings alone do not."""
+
+
+def distribution_request(prefix_ids: Sequence[int], fields: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """One step of a sampled path: the prefix as the prompt, one token, the top-`n` probabilities after the sampler
+    chain. The prompt cache is on: the next step's prefix extends this one, as generate()'s KV cache does."""
+    return {
+        **fields,
+        "prompt": list(prefix_ids),
+        "n_predict": 1,
+        "n_probs": n,
+        "post_sampling_probs": True,
+        "return_tokens": True,
+        "cache_prompt": True,
+        "seed": 0,
+    }
+
+
+def distribution(
+    endpoint: Endpoint, info: ServerInfo, prefix_ids: Sequence[int], fields: Mapping[str, Any], n: int
+) -> Served:
+    """llama-server's probabilities after its sampler chain for the token after `prefix_ids`, its top `n`."""
+    doc = endpoint.post("/completion", distribution_request(prefix_ids, fields, n))
+    return parse_distribution(doc, n, info.normalizer_terms, where=f"{endpoint.url}: POST /completion")
+
+
+def parse_distribution(doc: Any, n: int, vocab: int | None, *, where: str) -> Served:
+    """`distribution`'s mapping: ``completion_probabilities[0].top_probs``, each ``id`` and ``prob``, largest first;
+    fewer than `n` (or the whole vocabulary) is the whole support (llama-server lists its candidates after the chain
+    and stops at a zero probability)."""
+    entries = doc.get("completion_probabilities") if isinstance(doc, dict) else None
+    first = entries[0] if isinstance(entries, list) and entries else None
+    top = first.get("top_probs") if isinstance(first, dict) else None
+    if not isinstance(top, list):
+        raise ServerError(
+            f"{where}: no completion_probabilities[0].top_probs in the response (a llama-server without "
+            f"post_sampling_probs?) ({str(doc)[:160]})"
+        )
+    out: list[tuple[int, float]] = []
+    for entry in top:
+        token_id = entry.get("id") if isinstance(entry, dict) else None
+        prob = entry.get("prob") if isinstance(entry, dict) else None
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or not isinstance(prob, (int, float)):
+            raise ServerError(f"{where}: a top_probs entry without id and prob ({str(entry)[:80]})")
+        if prob > 0:
+            out.append((token_id, float(prob)))
+    out.sort(key=lambda e: -e[1])
+    return Served(tuple(out), complete=len(out) < n or (vocab is not None and len(out) >= vocab))
+
+
+LLAMA_SAMPLER = SamplerApi(fields=sampler_fields, distribution=distribution, alignments=ALIGNMENTS)
+"""llama-server's sampler: ``post_sampling_probs``, no cap on ``n_probs``."""
+
+
 LLAMA_SERVER = ServerMapping(
     name="llama.cpp",
     probe=probe,
@@ -179,5 +318,6 @@ LLAMA_SERVER = ServerMapping(
     score=None,
     generate=generate,
     render=render,
+    sampler=LLAMA_SAMPLER,
 )
 """llama-server's mapping: regenerated (it cannot score a given sequence), with its chat template checked."""

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.serving.http import Endpoint
-from pytest_genguard.serving.protocol import ServerInfo, ServerMapping
 from pytest_genguard.serving.record import ServerRun, record_server
-from pytest_genguard.serving.servers import mapping_for
+from pytest_genguard.serving.servers import Server, connect
 
 __all__ = ["Moved", "VarianceReport", "batch_variance", "moved_steps"]
 
@@ -90,20 +89,21 @@ def batch_variance(
     rounds: int = 2,
     background: Sequence[Sequence[int]] = (),
     model: str | None = None,
-    mapping: ServerMapping | None = None,
+    server: Server | None = None,
 ) -> tuple[ServerRun, VarianceReport]:
     """The server's trace alone, and what moves when `clients` replay the prompts at once beside `background`
-    generation requests (token id prompts of unrelated traffic), `rounds` times."""
-    mapping = mapping if mapping is not None else mapping_for(endpoint)
-    info: ServerInfo = mapping.probe(endpoint, model)
-    alone = record_server(endpoint, reference, info=info, mapping=mapping)
+    generation requests (token id prompts of unrelated traffic), `rounds` times. `server`: the server as this run
+    probed it (default: probed here)."""
+    server = server if server is not None else connect(endpoint, model=model)
+    mapping = server.mapping
+    alone = record_server(endpoint, reference, server=server)
     steps = sum(len(p.steps) for p in alone.trace.prompts)
 
     def client(_: int) -> GenerationTrace:
-        return record_server(endpoint, reference, info=info, mapping=mapping).trace
+        return record_server(endpoint, reference, server=server).trace
 
     def noise(ids: Sequence[int]) -> None:
-        mapping.generate(endpoint, info, ids, 16, 1)
+        mapping.generate(endpoint, server.info, ids, 16, 1)
 
     moved: list[Moved] = []
     states = set()

@@ -1,8 +1,9 @@
 """What genguard needs from a server, whatever its API: the shapes every server mapping returns.
 
-A server mapping (`vllm.py`; SGLang, TGI, llama.cpp would be one module each) says how to probe the server, how to
-score a given token sequence in one request (teacher forcing), and how to let it generate (its own decoding, the
-fallback). `record.py` turns these shapes into a trace the comparison rule judges; it never sees the server's JSON.
+A server mapping (`vllm.py`, `llama_server.py`; SGLang, TGI would be one module each) says how to probe the server, how
+to score a given token sequence in one request (teacher forcing), how to let it generate (its own decoding, the
+fallback), and how to ask its sampler's distribution after a prefix (a sampled snapshot's steps: `SamplerApi`).
+`record.py` and `sampler.py` turn these shapes into what the rules judge; they never see the server's JSON.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.sampling import Cause, SamplerSettings, Served
 from pytest_genguard.serving.http import Endpoint
 
-__all__ = ["MODES", "Generated", "Scored", "ServerInfo", "ServerMapping"]
+__all__ = ["MODES", "Alignment", "Generated", "SamplerApi", "Scored", "ServerInfo", "ServerMapping"]
 
 MODES = ("teacher forced", "regenerated")
 """How a server is judged, best first: teacher forcing the whole path in one request (the server scores the given
@@ -61,6 +63,41 @@ class Generated:
 
 
 @dataclass(frozen=True)
+class Alignment:
+    """Request fields that make a server's sampler do what transformers does where its own semantics differ (an
+    order, a window), and the cause they fix: offered in the message, sent with ``--align-sampler``.
+
+    `applies(sampler)` says whether the snapshot's settings meet the difference at all; `fields(sampler,
+    prefix_length)` are the fields to add to a step's request."""
+
+    name: str  # "samplers"
+    cause: Cause
+    applies: Callable[[SamplerSettings], bool]
+    fields: Callable[[SamplerSettings, int], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class SamplerApi:
+    """How a server shows its sampler: the snapshot's settings as its request fields, one step's post-sampling
+    distribution, the request changes that align its semantics with transformers', and the differences no request
+    changes.
+
+    `fields(sampler, prefix_length)`: the settings mapped onto the server's own fields (`ValueError` naming a setting
+    it has none for). `distribution(endpoint, info, prefix_ids, fields, asked)`: the server's probabilities after its
+    sampler for the token following `prefix_ids`, its top `asked`. `check(endpoint, info)`: raises `ServerError`
+    naming the server flag when the server cannot show a post-sampling distribution (vLLM's raw logprobs mode).
+    `known(sampler)`: the causes of differences no request can align (vLLM's min-p before top-p), from the settings.
+    `cap(endpoint, info)`: the most tokens one answer may list (None: no cap)."""
+
+    fields: Callable[[SamplerSettings, int], dict[str, Any]]
+    distribution: Callable[[Endpoint, ServerInfo, Sequence[int], Mapping[str, Any], int], Served]
+    alignments: tuple[Alignment, ...] = ()
+    check: Callable[[Endpoint, ServerInfo], None] | None = None
+    known: Callable[[SamplerSettings], tuple[Cause, ...]] = lambda sampler: ()
+    cap: Callable[[Endpoint, ServerInfo], int | None] = lambda endpoint, info: None
+
+
+@dataclass(frozen=True)
 class ServerMapping:
     """One server API: probe it, tokenize text, score a given sequence, and let it generate.
 
@@ -83,3 +120,5 @@ class ServerMapping:
     render: Callable[[Endpoint, ServerInfo, Sequence[Mapping[str, Any]], Mapping[str, Any]], str] | None = None
     """The text the server's chat template makes of a conversation (with `chat_template_kwargs`), to compare with the
     snapshot's; None where the server does not say."""
+    sampler: SamplerApi | None = None
+    """How its sampler is judged along a sampled snapshot's path; None where the server cannot show it."""

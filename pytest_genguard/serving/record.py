@@ -30,7 +30,7 @@ from pytest_genguard.core.trace import CHAT_SETTING, GenerationTrace, PromptTrac
 from pytest_genguard.serving.dtype import resolve_dtype
 from pytest_genguard.serving.http import Endpoint
 from pytest_genguard.serving.protocol import MODES, Generated, Scored, ServerInfo, ServerMapping
-from pytest_genguard.serving.servers import mapping_for
+from pytest_genguard.serving.servers import Server, connect
 
 __all__ = ["ServerRun", "at_top_k", "check_tokenizer", "record_server", "top_k_of"]
 
@@ -81,16 +81,15 @@ def record_server(
     model: str | None = None,
     dtype: str | None = None,
     mode: str = "teacher forced",
-    mapping: ServerMapping | None = None,
-    info: ServerInfo | None = None,
+    server: Server | None = None,
     logprobs: int | None = None,
     every_step: bool = False,
 ) -> ServerRun:
     """The trace the server at `endpoint` gives for `reference`'s prompts, to compare with `reference`.
 
     `model` names the served model (default: the one the server serves); `dtype` declares the served dtype when the
-    server does not report it (default: inferred from the logprobs). `mapping` is the server's API (default: the one
-    it answers to, `servers.mapping_for`); `info` reuses an earlier probe. `logprobs` is
+    server does not report it (default: inferred from the logprobs). `server` is the server as this run probed it
+    (`servers.connect`; default: probed here, its API the one it answers to). `logprobs` is
     how many logprobs to ask for per step (default: the snapshot's top-k; more tightens a fidelity bound, and
     `at_top_k` cuts the trace back for the comparison rule). `every_step`: a teacher-forced path is scored at every
     step (a fidelity budget's judgement: a flip counts, it does not end the path), not ended where the server prefers
@@ -112,8 +111,8 @@ def record_server(
                 f"{k} logprobs (--max-logprobs {k} or more)"
             )
         k = logprobs
-    mapping = mapping if mapping is not None else mapping_for(endpoint)
-    info = info if info is not None else mapping.probe(endpoint, model)
+    server = server if server is not None else connect(endpoint, model=model)
+    mapping, info = server.mapping, server.info
     tokenizer_checked = check_tokenizer(endpoint, info, mapping, reference)
     if mode == "teacher forced" and mapping.score is None:
         mode = "regenerated"  # the server can only continue: its own decoding is what can be judged

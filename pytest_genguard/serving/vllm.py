@@ -9,20 +9,41 @@
 
 A request for more logprobs than the server's ``--max-logprobs`` (default 20) is a 400 this module turns into an error
 naming the flag; the same 400, for a one-token request of more than any vocabulary, tells the cap (`max_logprobs`).
+
+A sampled snapshot's sampler (`sampler.py`): vLLM shows its processed distribution only when started with
+``--logprobs-mode processed_logprobs``, and for generated tokens only (prompt logprobs are raw in every mode), so each
+step is one request, the prefix as the prompt and ``max_tokens: 1``, with ``logprobs: N``: the top-N after penalties,
+temperature, min-p, top-k and top-p (a removed token reads ``-9999.0``, vLLM's floor for ``-inf``). The mode is
+checked once (`check_processed`: one token asked with top-k 1); a server giving raw logprobs is an error naming the
+flag. vLLM's order (min-p before top-k and top-p) is no request field: `known_causes` names it from the settings.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_genguard.core.errors import ServerError
 from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.core.sampling import Cause, SamplerSettings, Served
 from pytest_genguard.serving.http import Endpoint
-from pytest_genguard.serving.protocol import Generated, Scored, ServerInfo, ServerMapping
+from pytest_genguard.serving.protocol import Generated, SamplerApi, Scored, ServerInfo, ServerMapping
 
-__all__ = ["VLLM", "completion_request", "generation_request", "max_logprobs", "parse_generated", "parse_scored"]
+__all__ = [
+    "VLLM",
+    "check_processed",
+    "completion_request",
+    "distribution_request",
+    "generation_request",
+    "known_causes",
+    "max_logprobs",
+    "parse_distribution",
+    "parse_generated",
+    "parse_scored",
+    "sampler_fields",
+]
 
 _CAP = re.compile(r"greater than max allowed: (\d+)")
 _ID_KEY = re.compile(r"token_id:(-?\d+)$")
@@ -240,6 +261,114 @@ def reset_prefix_cache(endpoint: Endpoint) -> bool:
     return True
 
 
+_FLOOR = -9999.0  # what vLLM's OpenAI responses write for a logprob of -inf (a token its sampler removed)
+
+
+def sampler_fields(sampler: SamplerSettings, prefix_length: int) -> dict[str, Any]:
+    """The snapshot's settings as vLLM's sampling parameters; `ValueError` for typical-p, which vLLM has not."""
+    if sampler.typical_p < 1.0:
+        raise ValueError(f"the snapshot's typical_p {sampler.typical_p:g} has no vLLM sampling parameter")
+    return {
+        "temperature": sampler.temperature,
+        "top_k": sampler.top_k,  # 0: off
+        "top_p": sampler.top_p,
+        "min_p": sampler.min_p,
+        "repetition_penalty": sampler.repetition_penalty,  # over the prompt and the output, as transformers'
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+    }
+
+
+def distribution_request(model: str, prefix_ids: Sequence[int], fields: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """One step of a sampled path: the prefix as the prompt, one token, its top-`n` processed logprobs."""
+    return {
+        **fields,
+        "model": model,
+        "prompt": list(prefix_ids),
+        "max_tokens": 1,
+        "logprobs": n,
+        "return_tokens_as_token_ids": True,
+        "skip_special_tokens": False,
+        "seed": 0,
+    }
+
+
+def distribution(
+    endpoint: Endpoint, info: ServerInfo, prefix_ids: Sequence[int], fields: Mapping[str, Any], n: int
+) -> Served:
+    """vLLM's processed probabilities for the token after `prefix_ids`, its top `n` (the server must run in a
+    processed logprobs mode: `check_processed`)."""
+    doc = _post_completion(endpoint, distribution_request(info.model, prefix_ids, fields, n), n)
+    return parse_distribution(doc, n, where=f"{endpoint.url}: POST /v1/completions")
+
+
+def parse_distribution(doc: Any, n: int, *, where: str) -> Served:
+    """`distribution`'s mapping: ``choices[0].logprobs.top_logprobs[0]`` (``token_id:N`` -> processed logprob; a
+    removed token at vLLM's floor). A removed token among them, or fewer than `n`, means the list is the whole
+    support."""
+    logprobs = _choice(doc, where).get("logprobs")
+    tops = logprobs.get("top_logprobs") if isinstance(logprobs, dict) else None
+    if not isinstance(tops, list) or not tops or not isinstance(tops[0], dict):
+        raise ServerError(f"{where}: no logprobs.top_logprobs in the response (were logprobs asked for?)")
+    kept: list[tuple[int, float]] = []
+    removed = 0
+    for key, value in tops[0].items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ServerError(f"{where}: {key!r} has no numeric logprob ({str(value)[:80]})")
+        if value <= _FLOOR or not math.isfinite(value):
+            removed += 1
+        else:
+            kept.append((_token_id(key, where), math.exp(value)))
+    kept.sort(key=lambda e: -e[1])
+    return Served(tuple(kept), complete=removed > 0 or len(kept) < n)
+
+
+def check_processed(endpoint: Endpoint, info: ServerInfo) -> None:
+    """`ServerError` naming ``--logprobs-mode processed_logprobs`` unless the server's logprobs are processed ones:
+    one token asked with top-k 1 comes back with logprob 0 and the runner-up removed only then."""
+    fields = {"temperature": 1.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0}
+    doc = _post_completion(endpoint, distribution_request(info.model, [0], fields, 2), 2)
+    logprobs = _choice(doc, f"{endpoint.url}: POST /v1/completions").get("logprobs")
+    tops = logprobs.get("top_logprobs") if isinstance(logprobs, dict) else None
+    values = sorted(tops[0].values(), reverse=True) if isinstance(tops, list) and tops and tops[0] else []
+    if len(values) >= 2 and abs(values[0]) < 1e-6 and values[1] <= _FLOOR:
+        return
+    raise ServerError(
+        f"{endpoint.url}: vLLM returns raw logprobs (--logprobs-mode raw_logprobs, its default; asked one token with "
+        f"top_k 1, its logprobs read {values[:2]}): a sampled snapshot's sampler is judged on the distribution after "
+        "vLLM's sampler; restart the server with --logprobs-mode processed_logprobs (teacher forcing is the same in "
+        "either mode: prompt logprobs are raw)"
+    )
+
+
+def known_causes(sampler: SamplerSettings) -> tuple[Cause, ...]:
+    """The differences vLLM's order makes for these settings, no request field changing it."""
+    if sampler.min_p > 0.0 and sampler.top_p < 1.0:
+        return (
+            Cause(
+                "min-p before top-p",
+                "vLLM applies min_p before top_k and top_p (v1/sample/sampler.py), transformers top_p first and min_p "
+                "on what it kept",
+                "no request field changes vLLM's order: judge snapshots recorded with one of min_p and top_p",
+            ),
+        )
+    return ()
+
+
+def _cap(endpoint: Endpoint, info: ServerInfo) -> int | None:
+    return max_logprobs(endpoint, info, 0)
+
+
+VLLM_SAMPLER = SamplerApi(
+    fields=sampler_fields,
+    distribution=distribution,
+    check=check_processed,
+    known=known_causes,
+    cap=_cap,
+)
+"""vLLM's sampler: its processed logprobs mode, capped by ``--max-logprobs``."""
+
+
 VLLM = ServerMapping(
     name="vllm",
     probe=probe,
@@ -248,5 +377,6 @@ VLLM = ServerMapping(
     generate=generate,
     reset_cache=reset_prefix_cache,
     max_logprobs=max_logprobs,
+    sampler=VLLM_SAMPLER,
 )
 """vLLM's mapping: teacher forcing through ``prompt_logprobs``."""

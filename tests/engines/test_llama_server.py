@@ -56,17 +56,9 @@ def urls(
             "off",
         ),
     }
-    launched: dict[str, llama_server.LlamaServer] = {}
-    try:
-        for name, (gguf, kv, flash) in files.items():
-            extra = ("--flash-attn", flash)
-            launched[name] = llama_server.launch(gguf, work, kv_cache=kv, extra=extra, name=name)
-        for server in launched.values():
-            llama_server.wait(server)
-        yield {name: server.url for name, server in launched.items()}
-    finally:
-        for server in launched.values():
-            server.stop()
+    specs = {name: (gguf, kv, ("--flash-attn", flash)) for name, (gguf, kv, flash) in files.items()}
+    with llama_server.side_by_side(work, specs) as running:
+        yield running
 
 
 def check(url: str, reference: Any, **options: Any) -> tuple[int, str]:

@@ -20,7 +20,9 @@ import vllm_server
 VLLM_ENV = "GENGUARD_VLLM"
 URLS_ENV = "GENGUARD_VLLM_URLS"  # "float32=URL,eps=URL,bfloat16=URL,bf16_eps=URL": servers you already run
 CONFIGURATIONS: dict[str, tuple[str, ...]] = {
-    "float32": (),
+    # processed logprobs show a sampled snapshot's sampler (test_vllm_sampler.py); teacher forcing reads prompt
+    # logprobs, raw in every mode, and greedy requests' processed logprobs are their raw ones
+    "float32": ("--logprobs-mode", "processed_logprobs"),
     "eps": ("--hf-overrides", '{"rms_norm_eps": 0.1}'),
     "bfloat16": ("--dtype", "bfloat16"),
     # the deploy gate's negative control: a bf16 server with a wrong norm epsilon (outside any bf16 budget)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,3 +108,19 @@ def running(gguf: Path, log_dir: Path, *, kv_cache: str = "f32", extra: Sequence
         yield server.url
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def side_by_side(work: Path, servers: Mapping[str, tuple[Path, str, Sequence[str]]]) -> Iterator[dict[str, str]]:
+    """Several llama-servers started at once (name -> (GGUF, KV cache type, extra flags)), waited for together; their
+    URLs by name for the duration of the block, every one stopped after it."""
+    launched: dict[str, LlamaServer] = {}
+    try:
+        for name, (gguf, kv, extra) in servers.items():
+            launched[name] = launch(gguf, work, kv_cache=kv, extra=extra, name=name)
+        for server in launched.values():
+            wait(server)
+        yield {name: server.url for name, server in launched.items()}
+    finally:
+        for server in launched.values():
+            server.stop()
