@@ -33,6 +33,8 @@ from pytest_genguard.plugin.settings import settings
 __all__ = ["judge_stored"]
 
 _SERVER = pytest.StashKey[Any]()
+_LOGPROBS = pytest.StashKey[dict[int, int | None]]()
+"""The logprobs a budget asks the server for, per snapshot top-k (`_budget_logprobs`)."""
 
 
 def _server(config: pytest.Config, url: str, model: str | None) -> Any:
@@ -46,6 +48,18 @@ def _server(config: pytest.Config, url: str, model: str | None) -> Any:
         server = connect(Endpoint.from_env(url), model=model)
         config.stash[_SERVER] = server
     return server
+
+
+def _budget_logprobs(config: pytest.Config, server: Any, document: GenerationTrace) -> int | None:
+    """`serving.check.budget_logprobs` for `document`: the server's cap probed once per run (per top-k)."""
+    from pytest_genguard.serving.check import budget_logprobs
+    from pytest_genguard.serving.record import top_k_of
+
+    asked = config.stash.setdefault(_LOGPROBS, {})
+    k = top_k_of(document)
+    if k not in asked:
+        asked[k] = budget_logprobs(server, [document])[0]
+    return asked[k]
 
 
 def judge_stored(
@@ -69,6 +83,9 @@ def judge_stored(
     server = f"--genguard-server {current.server}"
     try:
         connected = _server(config, current.server, current.server_model)
+        # a budget asks for the server's cap of logprobs, as check-server does: a bound over the reference's whole
+        # recorded top-k proves something; the snapshot's top-k alone leaves steps incomplete (unproven)
+        logprobs = None if budget is None else _budget_logprobs(config, connected, document)
         judged = judge(
             connected.endpoint,
             document,
@@ -76,6 +93,7 @@ def judge_stored(
             model=current.server_model,
             server=connected,
             budget=budget,
+            logprobs=logprobs,
             overrides=overrides,
             align_sampler=current.server_align_sampler,
         )

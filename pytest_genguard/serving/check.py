@@ -61,6 +61,7 @@ __all__ = [
     "CheckOptions",
     "Judged",
     "background_traffic",
+    "budget_logprobs",
     "check_traces",
     "exit_code",
     "judge",
@@ -237,15 +238,28 @@ def _logprobs(
             raise ValueError(f"--max-logprobs {opts.max_logprobs}: below the snapshots' top-{k}; ask for at least {k}")
         out.write(f"logprobs per step: {opts.max_logprobs} (--max-logprobs)\n")
         return opts.max_logprobs
-    probe = server.mapping.max_logprobs
-    if opts.budget is None or probe is None:
+    if opts.budget is None:
         return None
-    first = next((p.prompt_ids[0] for _, t in traces for p in t.prompts if p.prompt_ids), None)
+    asked, said = budget_logprobs(server, [t for _, t in traces])
+    if said:
+        out.write(f"logprobs per step: {asked} ({said})\n")
+    return asked
+
+
+def budget_logprobs(server: Server, traces: Sequence[GenerationTrace]) -> tuple[int | None, str]:
+    """How many logprobs a budget's judgement asks for (None: each snapshot's own top-k), and why: the server's cap
+    (at least the snapshots' top-k), so that the candidate's probability of every token the reference recorded is
+    known and the bound proves something (`StepFidelity.complete`). One decision for check-server and
+    ``--genguard-server``."""
+    k = max((top_k_of(t) for t in traces), default=0)
+    probe = server.mapping.max_logprobs
+    if probe is None:
+        return None, ""
+    first = next((p.prompt_ids[0] for t in traces for p in t.prompts if p.prompt_ids), None)
     cap = probe(server.endpoint, server.info, 0 if first is None else first)
     asked = max(k, UNCAPPED_LOGPROBS if cap is None else cap)
     said = "the server sets no cap" if cap is None else "the server's cap"
-    out.write(f"logprobs per step: {asked} ({said}; the snapshots recorded a top-{k})\n")
-    return asked
+    return asked, f"{said}; the snapshots recorded a top-{k}"
 
 
 def _lines(result: Judged) -> Iterator[str]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Any
 
 import pytest
-from replay_server import RESPONSES, Replay, Reply, recorded, serving
+from replay_server import RESPONSES, Replay, recorded, serving
+from served_replay import served, widened
 
 from pytest_genguard.core.trace import GenerationTrace
 
@@ -39,16 +41,14 @@ def project(pytester: pytest.Pytester, marker: str = "", ini: str = "") -> pytes
     return pytester
 
 
-def replay(score: object) -> Replay:
-    r = Replay()
-    for name in ("version", "models", "tokenize"):
-        r.add(name)
-    r.routes[("POST", "/v1/completions")] = Reply(200, score)
-    return r
+def run(pytester: pytest.Pytester, score: Any, *, cap: int = 5) -> pytest.RunResult:
+    """The project's tests against a replayed server scoring with `score`, its logprobs capped at `cap` (a budget asks
+    for the cap; the recorded responses hold the snapshot's top-5)."""
+    return run_on(pytester, served(score, cap=cap))
 
 
-def run(pytester: pytest.Pytester, score: object) -> pytest.RunResult:
-    with serving(replay(score)) as r:
+def run_on(pytester: pytest.Pytester, replayed: Replay) -> pytest.RunResult:
+    with serving(replayed) as r:
         return pytester.runpytest("--genguard-server", r.url, "-p", "no:cacheprovider", "-vv")
 
 
@@ -81,6 +81,15 @@ def test_the_tests_fidelity_marker_judges_the_bfloat16_server_and_a_bound_alone_
             "*to prove it: calibrate the snapshot with pytest_genguard.calibrate(model, tokenizer, trace)*",
         ]
     )
+
+
+def test_the_fidelity_marker_asks_the_server_for_its_cap_of_logprobs_once_per_run(pytester: pytest.Pytester) -> None:
+    # as check-server --budget does (tests/core/test_check_server_budget.py): the cap probe, then every score at it
+    replayed = served(widened(BF16, 20), cap=20)
+    result = run_on(project(pytester, f"@pytest.mark.genguard(fidelity={SERVED_BF16})"), replayed)
+    result.assert_outcomes(failed=1)  # still unproven: the snapshot is not calibrated, its limits are fixed
+    asked = [body["prompt_logprobs"] for _, route, body in replayed.requests if route == "/v1/completions"]
+    assert asked[0] > 20 and set(asked[1:]) == {20}, asked
 
 
 def test_a_fidelity_marker_the_server_breaks_fails_the_test(pytester: pytest.Pytester) -> None:
