@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,12 @@ def _cost(path: Path, model: Any, tokenizer: Any, folder: Path, snapshot: Any, p
     def without() -> None:
         _judge(path, model, tokenizer, folder, probe=False).judge(snapshot)
 
+    return _cold_then_warm(with_probe, without, pairs)
+
+
+def _cold_then_warm(with_probe: Callable[[], None], without: Callable[[], None], pairs: int) -> list[str]:
+    """The probe's cost: once cold (its reference side and the calibration on it computed), then warm (kept per model
+    state), in alternating pairs against the same check without it."""
     long_probe.forget()
     cold, _ = timed(with_probe)
     alone, _ = timed(without)
@@ -102,15 +109,7 @@ def torch_cost(pairs: int) -> list[str]:
     def without() -> None:
         fidelity(copy, tokenizer, snapshot, budget="int8", reference_model=model, probe=False)
 
-    long_probe.forget()
-    cold, _ = timed(with_probe)
-    alone, _ = timed(without)
-    warm = alternate(with_probe, without, pairs)
-    return [
-        f"cold: {cold:.1f} s with the probe (its reference side and int8 calibration computed), {alone:.1f} s without",
-        f"warm: {warm.ratios.text('{:.2f}', '×')} (min / median / max of {pairs} pairs; "
-        f"{warm.a.median:.1f} s vs {warm.b.median:.1f} s)",
-    ]
+    return _cold_then_warm(with_probe, without, pairs)
 
 
 def main() -> None:
