@@ -12,6 +12,7 @@ definitions and the budgets are in `core/fidelity.py` and `core/budget.py`.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,12 +32,26 @@ from pytest_genguard.hf.full_vocabulary import exact_steps, tops
 from pytest_genguard.hf.long_probe import ProbeJudge, model_chunks, probe_judge, window_and_context
 from pytest_genguard.hf.reference_copies import reference_copy
 from pytest_genguard.hf.teacher import forced_logits
+from pytest_genguard.hf.weights_hash import weights_hash
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["calibrate", "calibration_figures", "fidelity", "fidelity_steps", "judged_logits", "steps_from_logits"]
+__all__ = [
+    "calibrate",
+    "calibration_figures",
+    "fidelity",
+    "fidelity_steps",
+    "judged_logits",
+    "reference_logits",
+    "steps_from_logits",
+]
+
+_KEEP = 4  # traces kept per reference model: SmolLM2-135M's 4 prompts x 48 steps are 38 MB
+_KEPT: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, tuple[Any, ...]], torch.Tensor]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def fidelity(
@@ -99,7 +114,7 @@ def judged_logits(
     if limits is not None and limits.precision is not None and limits.ratios:
         calibration = _calibration(reference, limits.precision, reference_model, tokenizer)
         limits = limits.calibrated(calibration, bounded=reference_model is None)
-    base = None if reference_model is None else forced_logits(reference_model, tokenizer, reference)
+    base = None if reference_model is None else reference_logits(reference_model, tokenizer, reference)
     steps = steps_from_logits(candidate, reference, base)
     window, context = window_and_context(config) if config is not None else (None, None)
     judged_probe = info = None
@@ -129,8 +144,26 @@ def fidelity_steps(
     `model`'s `forced_logits` along `reference`, when the caller has them already (calibration judges one copy both
     ways)."""
     candidate = forced_logits(model, tokenizer, reference) if forced is None else forced
-    base = None if reference_model is None else forced_logits(reference_model, tokenizer, reference)
+    base = None if reference_model is None else reference_logits(reference_model, tokenizer, reference)
     return steps_from_logits(candidate, reference, base)
+
+
+def reference_logits(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, trace: GenerationTrace
+) -> torch.Tensor:
+    """The reference model's `forced_logits` along `trace`, computed once per model state, tokenizer and paths (kept
+    while the model lives, one state per model): every copy that `calibrate` or `fidelity(reference_model=)` judges
+    against the same reference reads the same reference side, so it is forced once, not once per candidate."""
+    paths = tuple((p.prompt_ids, tuple(s.token_id for s in p.steps)) for p in trace.prompts)
+    key = (weights_hash(model), id(tokenizer), paths)
+    kept = _KEPT.setdefault(model, {})
+    if key not in kept:
+        if any(k[0] != key[0] for k in kept):
+            kept.clear()  # one state per model: an edited model drops the old logits
+        while len(kept) >= _KEEP:
+            del kept[next(iter(kept))]  # the oldest trace's first
+        kept[key] = forced_logits(model, tokenizer, trace)
+    return kept[key]
 
 
 def steps_from_logits(

@@ -3,10 +3,12 @@ forced logits (it forced each copy twice, once per kind of figure), and the figu
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 import quantizers
+import torch
 
 import pytest_genguard as gg
 from pytest_genguard.core.fidelity import aggregate
@@ -53,3 +55,30 @@ def test_the_figures_are_those_of_a_pass_per_kind(reference: tuple[Any, Any, gg.
         assert figures[f"{precision}.kld_mean"] == pytest.approx(float(exact["kld_mean"]), rel=0, abs=0)
         assert figures[f"{precision}.bound.kld_mean"] == pytest.approx(float(bound["kld_mean"]), rel=0, abs=0)
         assert figures[f"{precision}.bound.kld_mean"] <= figures[f"{precision}.kld_mean"]
+
+
+def test_the_reference_model_is_forced_once_per_state(
+    reference: tuple[Any, Any, gg.GenerationTrace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # calibrate() and every fidelity(reference_model=) against one reference read one reference side (it was forced
+    # once per precision and once per candidate); an edit of the reference model's weights forces it again.
+    model, tokenizer, trace = reference
+    model = copy.deepcopy(model)  # a model no other test has forced
+    forced: list[Any] = []
+    real = fidelity_module.forced_logits
+
+    def counting(forced_model: Any, *args: Any) -> Any:
+        forced.append(forced_model)
+        return real(forced_model, *args)
+
+    monkeypatch.setattr(fidelity_module, "forced_logits", counting)
+    fidelity_module.calibration_figures(model, tokenizer, trace, PRECISIONS)
+    candidate = reference_copy(model, "bf16")
+    first = gg.fidelity(candidate, tokenizer, trace, reference_model=model, probe=False)
+    assert sum(m is model for m in forced) == 1, f"the reference model was forced {sum(m is model for m in forced)}x"
+
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.01)  # the same model object, another state
+    again = gg.fidelity(candidate, tokenizer, trace, reference_model=model, probe=False)
+    assert sum(m is model for m in forced) == 2
+    assert again.metrics["kld_mean"] != first.metrics["kld_mean"]  # judged against the edited weights
