@@ -19,7 +19,9 @@ from filelock import FileLock
 
 import pytest_genguard as gg
 from pytest_genguard.core.budget import PRESETS, FidelityReport, traces_report
+from pytest_genguard.hf.fidelity import judged_logits
 from pytest_genguard.hf.reference_copies import reference_copy, round_to_nearest
+from pytest_genguard.hf.teacher import forced_logits
 
 PRECISIONS = ("bf16", "int8", "int4")  # fp16 is the bf16 story at 100x less error, and 4x slower on a CPU
 
@@ -136,11 +138,14 @@ def test_each_copy_is_judged_by_the_preset_of_its_precision(
         pytest.importorskip(package, reason=f"{case} needs {package}: pip install -e '.[quant]'")
     model, tokenizer = model_and_tokenizer
     candidate = make(model)
-    report = gg.fidelity(candidate, tokenizer, reference, budget=preset)  # the calibration stored in the trace
+    # fidelity() without and with the reference model, from one teacher-forced pass of the candidate (a bf16 pass of
+    # SmolLM2 costs 23 s on this CPU; fidelity() is forced_logits, then judged_logits)
+    forced = forced_logits(candidate, tokenizer, reference)
+    report = judged_logits(forced, tokenizer, reference, budget=preset)  # the calibration stored in the trace
     assert report.exact is False  # no reference model: the KLD is the bound from the trace's top-5 ...
     # (the long probe is left out: it is judged in tests/hf/test_long_probe.py and tests/engines, and here it would
     # read 2,048 tokens through both models for every case)
-    exact = gg.fidelity(candidate, tokenizer, reference, budget=preset, reference_model=model, probe=False)
+    exact = judged_logits(forced, tokenizer, reference, budget=preset, reference_model=model)
     assert exact.holds is holds, str(exact)  # ... and with it, exact
     assert "relative to the reference model's own" in str(exact)
     # From the stored trace alone, like for like: the candidate's bounds over the reference's top-5 against the bounds
