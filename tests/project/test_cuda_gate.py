@@ -249,3 +249,17 @@ def test_the_gate_script_refuses_an_unnamed_or_unwritable_artifacts_folder_befor
     bad_torch = _gate(home, "--torch", "rocm", GENGUARD_GATE_ARTIFACTS=str(tmp_path / "artifacts"))
     assert bad_torch.returncode == 2 and "--torch is cpu or cuda" in bad_torch.stderr
     assert not home.exists()  # nothing built, no daemon started
+
+
+def test_the_declared_pytest_floor_reads_the_selection_file() -> None:
+    # The image's command passes its selection as @.ci/cuda-gate.args: pytest reads argument files from 8.2 on, so the
+    # declared floor must be at least 8.2 (it was 8.1: a user's image at the floor took the file name for a path).
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    pytest_req = next(Requirement(d) for d in project["dependencies"] if Requirement(d).name == "pytest")
+    assert not pytest_req.specifier.contains(Version("8.1.2")), f"pyproject.toml declares {pytest_req}: raise it to 8.2"
+    assert pytest_req.specifier.contains(Version("8.2.0")), pytest_req
