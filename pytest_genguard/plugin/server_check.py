@@ -33,8 +33,8 @@ from pytest_genguard.plugin.settings import settings
 __all__ = ["judge_stored"]
 
 _SERVER = pytest.StashKey[Any]()
-_LOGPROBS = pytest.StashKey[dict[int, int | None]]()
-"""The logprobs a budget asks the server for, per snapshot top-k (`_budget_logprobs`)."""
+_CAP = pytest.StashKey[Any]()
+"""The server's `serving.check.LogprobCap`, probed once per run (`_budget_logprobs`)."""
 
 
 def _server(config: pytest.Config, url: str, model: str | None) -> Any:
@@ -51,15 +51,14 @@ def _server(config: pytest.Config, url: str, model: str | None) -> Any:
 
 
 def _budget_logprobs(config: pytest.Config, server: Any, document: GenerationTrace) -> int | None:
-    """`serving.check.budget_logprobs` for `document`: the server's cap probed once per run (per top-k)."""
-    from pytest_genguard.serving.check import budget_logprobs
+    """`serving.check.budget_logprobs` for `document`: the server's cap probed once per run, asked per top-k."""
+    from pytest_genguard.serving.check import logprob_cap
     from pytest_genguard.serving.record import top_k_of
 
-    asked = config.stash.setdefault(_LOGPROBS, {})
-    k = top_k_of(document)
-    if k not in asked:
-        asked[k] = budget_logprobs(server, [document])[0]
-    return asked[k]
+    cap = config.stash.get(_CAP, None)
+    if cap is None:
+        cap = config.stash[_CAP] = logprob_cap(server, [document])
+    return cap.asked(top_k_of(document))[0]
 
 
 def judge_stored(

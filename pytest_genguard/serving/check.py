@@ -60,11 +60,13 @@ __all__ = [
     "UNCAPPED_LOGPROBS",
     "CheckOptions",
     "Judged",
+    "LogprobCap",
     "background_traffic",
     "budget_logprobs",
     "check_traces",
     "exit_code",
     "judge",
+    "logprob_cap",
     "worst_share",
 ]
 
@@ -246,20 +248,38 @@ def _logprobs(
     return asked
 
 
-def budget_logprobs(server: Server, traces: Sequence[GenerationTrace]) -> tuple[int | None, str]:
-    """How many logprobs a budget's judgement asks for (None: each snapshot's own top-k), and why: the server's cap
-    (at least the snapshots' top-k), so that the candidate's probability of every token the reference recorded is
-    known and the bound proves something (`StepFidelity.complete`). One decision for check-server and
-    ``--genguard-server``."""
-    k = max((top_k_of(t) for t in traces), default=0)
+@dataclass(frozen=True)
+class LogprobCap:
+    """The server's cap of logprobs per step, probed once (`logprob_cap`): `known` False when its mapping cannot ask,
+    `cap` None when it sets none."""
+
+    known: bool
+    cap: int | None
+
+    def asked(self, k: int) -> tuple[int | None, str]:
+        """How many logprobs a budget's judgement of snapshots with a top-`k` asks for (None: their own top-k), and
+        why: the cap (at least `k`), so that the candidate's probability of every token the reference recorded is
+        known and the bound proves something (`StepFidelity.complete`)."""
+        if not self.known:
+            return None, ""
+        asked = max(k, UNCAPPED_LOGPROBS if self.cap is None else self.cap)
+        said = "the server sets no cap" if self.cap is None else "the server's cap"
+        return asked, f"{said}; the snapshots recorded a top-{k}"
+
+
+def logprob_cap(server: Server, traces: Sequence[GenerationTrace]) -> LogprobCap:
+    """The server's cap of logprobs, asked once with the first prompt token of `traces` (one request)."""
     probe = server.mapping.max_logprobs
     if probe is None:
-        return None, ""
+        return LogprobCap(False, None)
     first = next((p.prompt_ids[0] for t in traces for p in t.prompts if p.prompt_ids), None)
-    cap = probe(server.endpoint, server.info, 0 if first is None else first)
-    asked = max(k, UNCAPPED_LOGPROBS if cap is None else cap)
-    said = "the server sets no cap" if cap is None else "the server's cap"
-    return asked, f"{said}; the snapshots recorded a top-{k}"
+    return LogprobCap(True, probe(server.endpoint, server.info, 0 if first is None else first))
+
+
+def budget_logprobs(server: Server, traces: Sequence[GenerationTrace]) -> tuple[int | None, str]:
+    """`logprob_cap(server, traces).asked(k)` for the snapshots' largest top-k: one decision for check-server and
+    ``--genguard-server`` (which probes the cap once per run and asks it per snapshot)."""
+    return logprob_cap(server, traces).asked(max((top_k_of(t) for t in traces), default=0))
 
 
 def _lines(result: Judged) -> Iterator[str]:

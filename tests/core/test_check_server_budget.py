@@ -11,6 +11,7 @@ from replay_server import Reply, recorded, serving
 from served_replay import BF16, F32, SERVED_BF16, served, snapshot_file, swapped, widened
 
 from pytest_genguard import cli
+from pytest_genguard.serving.check import UNCAPPED_LOGPROBS, LogprobCap
 
 
 def test_a_bfloat16_server_fails_the_float_rule_and_the_message_names_budget(
@@ -128,3 +129,17 @@ def test_a_calibrated_snapshot_puts_the_bf16_preset_at_its_models_scale(
         plain = snapshot_file(tmp_path, "plain.genguard")
         assert cli.main(["check-server", r.url, str(plain), "--budget", "bf16"]) == 1
         assert "fixed limits: the reference has no calibration figures for bf16" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("cap", "k", "asked"),
+    [
+        (LogprobCap(True, 20), 5, (20, "the server's cap; the snapshots recorded a top-5")),
+        (LogprobCap(True, 20), 30, (30, "the server's cap; the snapshots recorded a top-30")),  # never below top-k
+        (LogprobCap(True, None), 5, (UNCAPPED_LOGPROBS, "the server sets no cap; the snapshots recorded a top-5")),
+        (LogprobCap(False, None), 5, (None, "")),  # a mapping that cannot ask: each snapshot's own top-k
+    ],
+)
+def test_one_probed_cap_answers_every_top_k(cap: LogprobCap, k: int, asked: tuple[int | None, str]) -> None:
+    # --genguard-server probes the cap once per run and asks it per snapshot (it probed once per distinct top-k)
+    assert cap.asked(k) == asked
