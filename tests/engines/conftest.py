@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from gguf_support import PROMPTS
+from run_shared import once_per_run
 
 from pytest_genguard import record
 from pytest_genguard.core.errors import GenguardError
@@ -47,16 +48,21 @@ def hf(folder: Path) -> tuple[Any, Any]:
 
 
 @pytest.fixture(scope="session")
-def reference(hf: tuple[Any, Any], genguard_engine: Any) -> Any:
+def reference(hf: tuple[Any, Any], genguard_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """transformers' float32 trace, with the model's own calibration (the budgets' scale: fp16 judges an F32 file run
     with llama.cpp's f16 KV cache, bf16 a BF16 file, int8 the quantized types' presets). Only the llama.cpp tests use
-    it: without the extra they skip before it is computed (20 s)."""
-    from pytest_genguard import calibrate
+    it: without the extra they skip before it is computed. Made once per run (about 75 s), shared by the xdist
+    workers through its JSON form (which keeps its float32 values and its calibration exactly)."""
+    from pytest_genguard import GenerationTrace, calibrate
 
     genguard_engine("llama_cpp")
     model, tokenizer = hf
-    trace = record(model, tokenizer, PROMPTS, max_new_tokens=STEPS, top_k=5, do_sample=False)
-    return calibrate(model, tokenizer, trace, precisions=("fp16", "bf16", "int8", "int4"))
+
+    def make() -> str:
+        trace = record(model, tokenizer, PROMPTS, max_new_tokens=STEPS, top_k=5, do_sample=False)
+        return str(calibrate(model, tokenizer, trace, precisions=("fp16", "bf16", "int8", "int4")).to_json())
+
+    return GenerationTrace.from_json(once_per_run(tmp_path_factory, "smollm2-gguf-reference.json", make))
 
 
 @pytest.fixture(scope="session")
