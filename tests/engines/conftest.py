@@ -1,12 +1,15 @@
 """Fixtures of the engine tests: tiny models saved with `save_pretrained`; the real chat model (SmolLM2-135M-Instruct),
 its float32 reference trace and llama.cpp's converter's F32 file of it (the llama.cpp tests)."""
 
+import hashlib
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_support import PROMPTS
-from run_shared import once_per_run
+from gguf_support import PROMPTS, edited
+from run_shared import made_once, once_per_run
 
 from pytest_genguard import record
 from pytest_genguard.core.errors import GenguardError
@@ -88,3 +91,17 @@ def llama_cpp_extra(genguard_engine: Any) -> None:
     """For a test that needs llama-cpp-python without recording through the engine: skipped, naming the install
     command, without the extra (CI's llama.cpp leg runs every such test with it)."""
     genguard_engine("llama_cpp")
+
+
+@pytest.fixture(scope="session")
+def edits(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """(source, script, *args) -> `gguf_support.edited`'s copy of a GGUF, made once per run and shared by the tests
+    and the xdist workers that ask for the same edit (each one a 540 MB copy and a parse of the whole file by gguf-py;
+    the same rms epsilon, rope base and pre-tokenizer edits of the F32 file are asked for by three files each). A test
+    reads it, never changes it."""
+
+    def edit(source: Path, script: str, *args: str) -> Path:
+        key = hashlib.sha256(json.dumps([str(source), script, *args]).encode()).hexdigest()[:16]
+        return made_once(tmp_path_factory, f"gguf-edit-{key}", lambda folder: edited(source, folder, script, *args))
+
+    return edit
