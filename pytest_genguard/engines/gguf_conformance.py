@@ -6,7 +6,8 @@ given id sequence: Llama 3's digit pre-tokenization (llama.cpp #6914), a ``pre=d
 `genguard check-gguf` calls any of them stale.
 
 The tokenizer is llama.cpp's own (``Llama(vocab_only=True).tokenize``), compared with the transformers tokenizer on
-a built-in corpus and on the snapshot's prompt texts; the metadata is read with gguf-py's ``GGUFReader``.
+a built-in corpus and on the snapshot's prompt texts; the metadata is read with gguf-py's ``GGUFReader``, once per
+state of a file (`gguf_metadata`).
 """
 
 from __future__ import annotations
@@ -64,17 +65,11 @@ def corpus(tokenizer: PreTrainedTokenizerBase) -> tuple[str, ...]:
     return (*CORPUS, *([" ".join(f"{token}word{i}" for i, token in enumerate(specials))] if specials else []))
 
 
-def _fields(path: Path, reader: Any = None) -> dict[str, Any]:
+def _fields(path: Path) -> dict[str, Any]:
     """The GGUF's scalar and string metadata by key (arrays such as the vocabulary left out)."""
-    import gguf
+    from pytest_genguard.engines.gguf_metadata import read_metadata
 
-    reader = reader if reader is not None else gguf.GGUFReader(str(path))
-    out: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if field.types and field.types[0] == gguf.GGUFValueType.ARRAY:
-            continue
-        out[key] = field.contents()
-    return out
+    return dict(read_metadata(path).fields)
 
 
 def _rope_theta(config: Any) -> float | None:
@@ -184,11 +179,11 @@ def metadata_mismatches(path: Path, config: PretrainedConfig) -> list[Mismatch]:
     """The GGUF's hyperparameters that llama.cpp runs with, against the model's config: norm epsilon, rope base and
     scaling (type, factor, original context length; llama3's per-frequency factors), context length and the shapes.
     A key the GGUF lacks is a mismatch (llama.cpp then uses a default of its own)."""
-    import gguf
+    from pytest_genguard.engines.gguf_metadata import ROPE_FREQS, read_metadata
 
-    reader = gguf.GGUFReader(str(path))
-    fields = _fields(path, reader)
-    tensors = {t.name: t.data.reshape(-1) for t in reader.tensors if t.name == "rope_freqs.weight"}
+    metadata = read_metadata(path)
+    fields = dict(metadata.fields)
+    tensors = {} if metadata.rope_freqs is None else {ROPE_FREQS: metadata.rope_freqs}
     arch = str(fields.get("general.architecture", "llama"))
     wanted = {
         f"{arch}.attention.layer_norm_rms_epsilon": getattr(config, "rms_norm_eps", None),

@@ -29,6 +29,7 @@ import numpy
 
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.engines.base import Backend, Logits
+from pytest_genguard.engines.gguf_metadata import read_metadata
 
 __all__ = [
     "GGUF_FILE",
@@ -161,10 +162,9 @@ def gguf_file(converted: Path) -> Path:
 
 def file_type(path: Path) -> str:
     """The GGUF's ``general.file_type`` by llama.cpp's name: F32, BF16, Q8_0, Q4_1, Q4_K_M, ..."""
-    field = gguf.GGUFReader(str(path)).get_field("general.file_type")
-    if field is None:
+    value = read_metadata(path).file_type
+    if value is None:
         return "unknown (no general.file_type)"
-    value = int(field.contents())
     try:
         name = gguf.LlamaFileType(value).name
     except ValueError:

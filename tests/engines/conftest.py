@@ -1,11 +1,15 @@
 """Fixtures of the engine tests: tiny models saved with `save_pretrained`; the real chat model (SmolLM2-135M-Instruct),
 its float32 reference trace and llama.cpp's converter's F32 file of it (the llama.cpp tests)."""
 
+import hashlib
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_support import PROMPTS
+from gguf_support import PROMPTS, edited
+from run_shared import made_once, once_per_run
 
 from pytest_genguard import record
 from pytest_genguard.core.errors import GenguardError
@@ -47,16 +51,21 @@ def hf(folder: Path) -> tuple[Any, Any]:
 
 
 @pytest.fixture(scope="session")
-def reference(hf: tuple[Any, Any], genguard_engine: Any) -> Any:
+def reference(hf: tuple[Any, Any], genguard_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """transformers' float32 trace, with the model's own calibration (the budgets' scale: fp16 judges an F32 file run
     with llama.cpp's f16 KV cache, bf16 a BF16 file, int8 the quantized types' presets). Only the llama.cpp tests use
-    it: without the extra they skip before it is computed (20 s)."""
-    from pytest_genguard import calibrate
+    it: without the extra they skip before it is computed. Made once per run (about 75 s), shared by the xdist
+    workers through its JSON form (which keeps its float32 values and its calibration exactly)."""
+    from pytest_genguard import GenerationTrace, calibrate
 
     genguard_engine("llama_cpp")
     model, tokenizer = hf
-    trace = record(model, tokenizer, PROMPTS, max_new_tokens=STEPS, top_k=5, do_sample=False)
-    return calibrate(model, tokenizer, trace, precisions=("fp16", "bf16", "int8", "int4"))
+
+    def make() -> str:
+        trace = record(model, tokenizer, PROMPTS, max_new_tokens=STEPS, top_k=5, do_sample=False)
+        return str(calibrate(model, tokenizer, trace, precisions=("fp16", "bf16", "int8", "int4")).to_json())
+
+    return GenerationTrace.from_json(once_per_run(tmp_path_factory, "smollm2-gguf-reference.json", make))
 
 
 @pytest.fixture(scope="session")
@@ -82,3 +91,17 @@ def llama_cpp_extra(genguard_engine: Any) -> None:
     """For a test that needs llama-cpp-python without recording through the engine: skipped, naming the install
     command, without the extra (CI's llama.cpp leg runs every such test with it)."""
     genguard_engine("llama_cpp")
+
+
+@pytest.fixture(scope="session")
+def edits(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """(source, script, *args) -> `gguf_support.edited`'s copy of a GGUF, made once per run and shared by the tests
+    and the xdist workers that ask for the same edit (each one a 540 MB copy and a parse of the whole file by gguf-py;
+    the same rms epsilon, rope base and pre-tokenizer edits of the F32 file are asked for by three files each). A test
+    reads it, never changes it."""
+
+    def edit(source: Path, script: str, *args: str) -> Path:
+        key = hashlib.sha256(json.dumps([str(source), script, *args]).encode()).hexdigest()[:16]
+        return made_once(tmp_path_factory, f"gguf-edit-{key}", lambda folder: edited(source, folder, script, *args))
+
+    return edit

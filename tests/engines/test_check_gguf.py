@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_support import edited
 from install_lines import installs_by_name
 
 from pytest_genguard import cli
@@ -67,14 +66,14 @@ def test_without_the_extra_it_names_the_install_command(
 
 
 def test_the_f32_file_holds_and_the_eps_bug_regresses(
-    snapshot: Path, folder: Path, f32_gguf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    snapshot: Path, folder: Path, f32_gguf: Path, capsys: pytest.CaptureFixture[str], edits: Any
 ) -> None:
     model = ("--model", str(folder), "--no-long-probe")  # the F32 probe: test_long_probe_gguf.py
     code, out, _ = run(capsys, str(f32_gguf), str(snapshot), "--kv-cache", "f32", *model)
     assert code == 0, out
     assert "judged by float32 rule: an F32 file with an f32 KV cache computes in float32\n" in out
     assert "(F32, KV cache f32): holds (float32 rule)" in out
-    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.attention.layer_norm_rms_epsilon", "1e-4")
+    bad = edits(f32_gguf, "gguf_set_metadata", "llama.attention.layer_norm_rms_epsilon", "1e-4")
     code, out, _ = run(capsys, str(bad), str(snapshot), "--kv-cache", "f32", *model)
     assert code == 1, out  # a regression outranks the stale metadata it also names
     assert "stale: metadata: llama.attention.layer_norm_rms_epsilon" in out
@@ -82,9 +81,9 @@ def test_the_f32_file_holds_and_the_eps_bug_regresses(
 
 
 def test_a_default_pre_tokenizer_is_stale_and_named(
-    snapshot: Path, f32_gguf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    snapshot: Path, f32_gguf: Path, capsys: pytest.CaptureFixture[str], edits: Any
 ) -> None:
-    bad = edited(f32_gguf, tmp_path, "gguf_new_metadata", "--pre-tokenizer", "default")
+    bad = edits(f32_gguf, "gguf_new_metadata", "--pre-tokenizer", "default")
     code, out, _ = run(capsys, str(bad), str(snapshot), "--kv-cache", "f32")  # no --model: the GGUF's own reading
     assert code == 3, out
     assert "stale: tokenizer: '3333+777 = 4110' (built-in corpus)" in out
@@ -92,7 +91,7 @@ def test_a_default_pre_tokenizer_is_stale_and_named(
 
 @pytest.mark.usefixtures("llama_cpp_extra")
 def test_the_shipped_q4_1_is_judged_by_its_type_preset_and_the_rope_bug_in_it_is_outside(
-    snapshot: Path, folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    snapshot: Path, folder: Path, capsys: pytest.CaptureFixture[str], edits: Any
 ) -> None:
     from pytest_genguard.hf.smollm2 import gguf_path
 
@@ -105,7 +104,7 @@ def test_the_shipped_q4_1_is_judged_by_its_type_preset_and_the_rope_bug_in_it_is
     assert "relative to the reference model's own int8 conversion" in out  # the snapshot's calibration scales it
     code, out, _ = run(capsys, str(gguf_path()), str(snapshot), "--budget", "int8", *model)
     assert (code, "judged by --budget int8\n" in out) == (0, True), out
-    bad = edited(gguf_path(), tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
+    bad = edits(gguf_path(), "gguf_set_metadata", "llama.rope.freq_base", "10000")
     code, out, _ = run(capsys, str(bad), str(snapshot), *model)
     assert code == 1, out
     assert "(Q4_1, KV cache f16): OUTSIDE THE BUDGET" in out
@@ -113,7 +112,7 @@ def test_the_shipped_q4_1_is_judged_by_its_type_preset_and_the_rope_bug_in_it_is
 
 
 def test_an_f32_file_with_llama_cpps_f16_kv_cache_is_judged_by_the_fp16_preset(
-    snapshot: Path, folder: Path, f32_gguf: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    snapshot: Path, folder: Path, f32_gguf: Path, capsys: pytest.CaptureFixture[str], edits: Any
 ) -> None:
     model = ("--model", str(folder), "--no-long-probe")
     code, out, _ = run(capsys, str(f32_gguf), str(snapshot), *model)
@@ -121,7 +120,7 @@ def test_an_f32_file_with_llama_cpps_f16_kv_cache_is_judged_by_the_fp16_preset(
     assert "judged by preset fp16: an F32 file, but llama.cpp's f16 KV cache rounds every key and value" in out
     assert "relative to the reference model's own fp16 conversion" in out
     # Its negative control: the epsilon bug, which no quantized file's preset sees, is outside fp16.
-    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.attention.layer_norm_rms_epsilon", "1e-4")
+    bad = edits(f32_gguf, "gguf_set_metadata", "llama.attention.layer_norm_rms_epsilon", "1e-4")
     code, out, _ = run(capsys, str(bad), str(snapshot), *model)
     assert code == 1, out
     assert "(F32, KV cache f16): OUTSIDE THE BUDGET" in out
@@ -149,12 +148,12 @@ def test_a_bound_that_proves_nothing_exits_4_naming_how_to_prove_it_and_a_calibr
 
 @pytest.mark.usefixtures("llama_cpp_extra")
 def test_a_file_type_without_a_preset_is_bad_input_naming_budget(
-    snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    snapshot: Path, capsys: pytest.CaptureFixture[str], edits: Any
 ) -> None:
     from pytest_genguard.hf.smollm2 import gguf_path
 
     # The shipped file relabelled Q4_0 (general.file_type 2): no preset measured for it.
-    relabelled = edited(gguf_path(), tmp_path, "gguf_set_metadata", "general.file_type", "2")
+    relabelled = edits(gguf_path(), "gguf_set_metadata", "general.file_type", "2")
     code, out, err = run(capsys, str(relabelled), str(snapshot))
     assert (code, out) == (2, "")
     assert f"GGUF {relabelled}: file type Q4_0 has no preset" in err

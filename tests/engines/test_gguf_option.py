@@ -8,12 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gguf_support import edited
 from vllm_server import served_project
 
 
 def test_each_file_is_judged_as_check_gguf_judges_it(
-    reference: Any, f32_gguf: Path, folder: Path, tmp_path: Path, genguard_engine: Any
+    reference: Any, f32_gguf: Path, folder: Path, tmp_path: Path, genguard_engine: Any, edits: Any
 ) -> None:
     run = served_project(tmp_path / "project", reference.to_json())
     assert run("--snapshot-update").returncode == 0
@@ -25,7 +24,7 @@ def test_each_file_is_judged_as_check_gguf_judges_it(
     assert held.returncode == 0, held.stdout[-3000:]
     # Its negative controls: the rope base edited. With the model's folder the metadata check names it (stale);
     # without it, the GGUF's own config agrees with itself and the logits regress.
-    rope = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
+    rope = edits(f32_gguf, "gguf_set_metadata", "llama.rope.freq_base", "10000")
     named = run("--genguard-gguf", str(rope), "--genguard-gguf-kv-cache", "f32", "-vv", *model)
     assert named.returncode == 1 and "metadata: llama.rope.freq_base: expected 100000.0" in named.stdout, named.stdout
     failed = run("--genguard-gguf", str(rope), "--genguard-gguf-kv-cache", "f32", "-vv")
@@ -37,7 +36,7 @@ def test_each_file_is_judged_as_check_gguf_judges_it(
     q8 = genguard_engine("llama_cpp", outtype="q8_0").convert(folder) / "model.gguf"
     assert run("--genguard-gguf", str(q8), *model).returncode == 0
     # A default pre-tokenizer: stale, named by the tokenizer check (no logit of the snapshot's ids moves).
-    pre = edited(f32_gguf, tmp_path, "gguf_new_metadata", "--pre-tokenizer", "default")
+    pre = edits(f32_gguf, "gguf_new_metadata", "--pre-tokenizer", "default")
     stale = run("--genguard-gguf", str(pre), "--genguard-gguf-kv-cache", "f32", "-vv", *model)
     assert stale.returncode == 1, stale.stdout[-3000:]
     assert "is stale on the GGUF (--genguard-gguf model-gguf_new_metadata.gguf)" in stale.stdout

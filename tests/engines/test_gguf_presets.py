@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_support import edited, scaled_tensor
+from gguf_support import scaled_tensor
 
 from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, traces_report
 
@@ -22,7 +22,14 @@ from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, traces_repor
     ("outtype", "kind"), [("q8_0", "Q8_0"), ("q6_k", "Q6_K"), ("q4_k_m", "Q4_K_M"), ("q4_1", "Q4_1")]
 )
 def test_llama_cpps_own_file_holds_its_type_preset_and_a_rope_or_norm_bug_in_it_does_not(
-    outtype: str, kind: str, folder: Path, reference: Any, gguf_of: Any, tmp_path: Path, genguard_engine: Any
+    outtype: str,
+    kind: str,
+    folder: Path,
+    reference: Any,
+    gguf_of: Any,
+    tmp_path: Path,
+    genguard_engine: Any,
+    edits: Any,
 ) -> None:
     from pytest_genguard.engines.llama_cpp import file_type
 
@@ -42,7 +49,7 @@ def test_llama_cpps_own_file_holds_its_type_preset_and_a_rope_or_norm_bug_in_it_
         return relative.holds, fixed.holds
 
     assert judged(path) == (True, True)
-    rope = edited(path, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
+    rope = edits(path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
     assert judged(rope) == (False, False)
     norm = scaled_tensor(path, tmp_path / "norm.gguf", "blk.10.ffn_norm.weight", 1.25)
     assert judged(norm) == (False, False)

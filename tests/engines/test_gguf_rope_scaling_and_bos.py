@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_support import edited, with_keys
+from gguf_support import with_keys
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.verdict import Verdict
@@ -112,7 +112,7 @@ def test_the_llama3_factors_are_transformers_own(hf: tuple[Any, Any]) -> None:
 
 
 def test_a_gguf_that_adds_a_bos_is_named_by_the_bos_eos_check(
-    hf: tuple[Any, Any], reference: Any, f32_gguf: Path, tmp_path: Path
+    hf: tuple[Any, Any], reference: Any, f32_gguf: Path, edits: Any
 ) -> None:
     import gguf
 
@@ -120,7 +120,7 @@ def test_a_gguf_that_adds_a_bos_is_named_by_the_bos_eos_check(
 
     field = gguf.GGUFReader(str(f32_gguf)).get_field("tokenizer.ggml.add_bos_token")
     assert field is not None and field.contents() is False  # SmolLM2's tokenizer adds no BOS; the converter agrees
-    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "tokenizer.ggml.add_bos_token", "1")
+    bad = edits(f32_gguf, "gguf_set_metadata", "tokenizer.ggml.add_bos_token", "1")
     model, tokenizer = hf
     mismatches = tokenizer_mismatches(bad, tokenizer, [reference])
     added = [str(m) for m in mismatches if m.kind == "special tokens"]

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_support import edited
 
 from pytest_genguard.core.budget import PRESETS, traces_report
 from pytest_genguard.core.compare import compare
@@ -57,12 +56,12 @@ def test_a_wrong_norm_epsilon_or_rope_base_in_the_metadata_is_a_regression_and_n
     hf: tuple[Any, Any],
     reference: Any,
     f32_gguf: Path,
-    tmp_path: Path,
     genguard_engine: Any,
+    edits: Any,
 ) -> None:
     from pytest_genguard.engines.gguf_conformance import metadata_mismatches
 
-    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", key, value)
+    bad = edits(f32_gguf, "gguf_set_metadata", key, value)
     trace = genguard_engine("llama_cpp", kv_cache="f32").record(folder, reference=reference, converted=bad)
     comparison = compare(reference, trace)
     assert comparison.verdict is Verdict.REGRESSION, str(comparison)
@@ -83,11 +82,11 @@ def test_the_converters_files_and_the_shipped_one_tokenize_as_transformers_does(
 
 
 def test_a_default_pre_tokenizer_is_named_by_the_tokenizer_check_only(
-    folder: Path, hf: tuple[Any, Any], reference: Any, f32_gguf: Path, tmp_path: Path, genguard_engine: Any
+    folder: Path, hf: tuple[Any, Any], reference: Any, f32_gguf: Path, genguard_engine: Any, edits: Any
 ) -> None:
     from pytest_genguard.engines.gguf_conformance import metadata_mismatches, tokenizer_mismatches
 
-    bad = edited(f32_gguf, tmp_path, "gguf_new_metadata", "--pre-tokenizer", "default")
+    bad = edits(f32_gguf, "gguf_new_metadata", "--pre-tokenizer", "default")
     model, tokenizer = hf
     assert metadata_mismatches(bad, model.config) == []
     named = {m.name.split(" (")[0] for m in tokenizer_mismatches(bad, tokenizer, [reference])}
@@ -111,7 +110,7 @@ def test_the_converters_q8_0_holds_the_int8_budget(
 
 
 def test_the_shipped_q4_1_holds_the_int4_and_int8_budgets_and_the_rope_bug_does_not(
-    folder: Path, reference: Any, f32_gguf: Path, tmp_path: Path, genguard_engine: Any
+    folder: Path, reference: Any, f32_gguf: Path, genguard_engine: Any, edits: Any
 ) -> None:
     from pytest_genguard.hf.smollm2 import gguf_path
 
@@ -125,19 +124,19 @@ def test_the_shipped_q4_1_holds_the_int4_and_int8_budgets_and_the_rope_bug_does_
         assert report.holds, str(report)
     # Negative control of the int8 budget: the rope-base bug on the F32 file is outside it (40x Q4_1's KLD). The int4
     # budget is 4x what genguard's own round-to-nearest int4 costs this model (KLD mean 0.38): too wide to see it.
-    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "10000")
+    bad = edits(f32_gguf, "gguf_set_metadata", "llama.rope.freq_base", "10000")
     broken = llama.record(folder, reference=reference, converted=bad)
     assert not traces_report(reference, broken, PRESETS["int8"]).holds
 
 
 def test_another_embedded_chat_template_is_named_with_the_conversations_it_renders_otherwise(
-    hf: tuple[Any, Any], reference: Any, f32_gguf: Path, tmp_path: Path
+    hf: tuple[Any, Any], reference: Any, f32_gguf: Path, edits: Any
 ) -> None:
     from pytest_genguard.engines.gguf_conformance import conformance, template_mismatches
 
     # A converter that wrote a template without the default system prompt (the tokenizer's adds one).
     plain = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    bad = edited(f32_gguf, tmp_path, "gguf_new_metadata", "--chat-template", plain + "{{ '<|im_start|>assistant\n' }}")
+    bad = edits(f32_gguf, "gguf_new_metadata", "--chat-template", plain + "{{ '<|im_start|>assistant\n' }}")
     named = [str(m) for m in template_mismatches(bad, hf[1], [reference])]
     assert named[0].startswith("chat template: tokenizer.chat_template: expected the tokenizer's")
     assert any("snapshot conversation 0 rendered with the GGUF's template" in m for m in named)

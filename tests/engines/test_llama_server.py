@@ -20,7 +20,6 @@ from typing import Any
 
 import llama_server
 import pytest
-from gguf_support import edited
 from vllm_server import served_project
 
 from pytest_genguard.core.budget import PRESETS
@@ -31,16 +30,15 @@ from pytest_genguard.serving.check import CheckOptions, check_traces
 
 @pytest.fixture(scope="module")
 def urls(
-    f32_gguf: Path, folder: Path, tmp_path_factory: pytest.TempPathFactory, genguard_engine: Any
+    f32_gguf: Path, folder: Path, tmp_path_factory: pytest.TempPathFactory, genguard_engine: Any, edits: Any
 ) -> Iterator[dict[str, str]]:
     """One llama-server per file, started side by side: the converter's F32 (an f32 KV cache, flash attention off;
     and with flash attention on), its Q8_0 (llama-server's defaults: an f16 cache, flash attention on), and three bug
     copies of the F32 file."""
     work = tmp_path_factory.mktemp("llama-server")
 
-    def copy(name: str, script: str, *args: str) -> Path:  # each edit in a folder of its own (same file names)
-        (work / name).mkdir()
-        return edited(f32_gguf, work / name, script, *args)
+    def copy(name: str, script: str, *args: str) -> Path:  # the run's shared copy (the other files edit it too)
+        return edits(f32_gguf, script, *args)
 
     plain = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     # name -> (GGUF, KV cache type, flash attention: llama-server's default "auto" is on for the CPU)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_support import edited
 from swa_model import WINDOW, save_swa_model
 
 from pytest_genguard import calibrate, record
@@ -95,11 +94,11 @@ def test_a_rope_base_or_window_edit_is_outside_by_the_long_probe_though_the_shor
     swa: tuple[Path, Any, Any],
     swa_snapshot: Any,
     swa_q8: Path,
-    tmp_path: Path,
     genguard_engine: Any,
+    edits: Any,
 ) -> None:
     folder, model, tokenizer = swa
-    bad = edited(swa_q8, tmp_path, "gguf_set_metadata", key, value)
+    bad = edits(swa_q8, "gguf_set_metadata", key, value)
     report = judge_on(bad, (model, tokenizer), folder, genguard_engine).judge(swa_snapshot).report
     assert report.own_status == "within"  # the snapshot, within the window, cannot see it
     assert report.probe is not None and report.probe.status == "outside", str(report)
@@ -112,14 +111,19 @@ def test_a_rope_base_or_window_edit_is_outside_by_the_long_probe_though_the_shor
 
 
 def test_check_gguf_exits_1_on_the_window_edit_and_names_it(
-    swa: tuple[Path, Any, Any], swa_snapshot: Any, swa_q8: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    swa: tuple[Path, Any, Any],
+    swa_snapshot: Any,
+    swa_q8: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    edits: Any,
 ) -> None:
     from pytest_genguard import cli
     from pytest_genguard.core.trace import dumps
 
     snapshot = tmp_path / "test_short.genguard"
     snapshot.write_text(dumps(swa_snapshot), encoding="utf-8")
-    bad = edited(swa_q8, tmp_path, "gguf_set_metadata", "gemma3.attention.sliding_window", "32")
+    bad = edits(swa_q8, "gguf_set_metadata", "gemma3.attention.sliding_window", "32")
     code = cli.main(["check-gguf", str(bad), str(snapshot), "--model", str(swa[0])])
     out = capsys.readouterr().out
     assert code == 1, out
@@ -128,19 +132,19 @@ def test_check_gguf_exits_1_on_the_window_edit_and_names_it(
 
 
 def test_smollm2s_rope_base_edit_is_outside_at_long_context_and_its_correct_q8_0_within(
-    hf: tuple[Any, Any], folder: Path, reference: Any, gguf_of: Any, tmp_path: Path, genguard_engine: Any
+    hf: tuple[Any, Any], folder: Path, reference: Any, gguf_of: Any, genguard_engine: Any, edits: Any
 ) -> None:
     q8 = gguf_of("q8_0")
     judged = judge_on(q8, hf, folder, genguard_engine).judge(reference)
     assert judged.status == "within" and judged.report.skipped == 0, str(judged)
-    bad = edited(q8, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "200000")
+    bad = edits(q8, "gguf_set_metadata", "llama.rope.freq_base", "200000")
     report = judge_on(bad, hf, folder, genguard_engine).judge(reference).report
     assert report.probe is not None and report.probe.status == "outside", str(report)
     assert report.status == "outside"
 
 
 def test_an_f32_file_with_an_f32_cache_holds_the_float32_rule_and_its_long_probe_fp16(
-    hf: tuple[Any, Any], folder: Path, reference: Any, f32_gguf: Path, tmp_path: Path, genguard_engine: Any
+    hf: tuple[Any, Any], folder: Path, reference: Any, f32_gguf: Path, genguard_engine: Any, edits: Any
 ) -> None:
     # The float32 rule's allowance is a short path's rounding: over the probe's 2,048 positions llama.cpp's and
     # torch's float32 sums drift past it with no bug (3.4e-5 in a logprob at position 401), so the probe of an F32
@@ -153,6 +157,6 @@ def test_an_f32_file_with_an_f32_cache_holds_the_float32_rule_and_its_long_probe
     assert judged.report is None and judged.probe is not None and judged.probe.budget is not None
     assert judged.status == "holds", str(judged)
     assert "long probe within fp16" in str(judged)
-    bad = edited(f32_gguf, tmp_path, "gguf_set_metadata", "llama.rope.freq_base", "200000")
+    bad = edits(f32_gguf, "gguf_set_metadata", "llama.rope.freq_base", "200000")
     broken = GGUFJudge(bad, "f32", "F32", model, tokenizer, llama, folder).judge(reference)
     assert broken.probe is not None and not broken.probe.holds and broken.status == "regression", str(broken)
