@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import real_model_support as rm
 import torch
-from filelock import FileLock
+from run_shared import once_per_run
 
 import pytest_genguard as gg
 from pytest_genguard.core.budget import PRESETS, FidelityReport, traces_report
@@ -41,14 +41,13 @@ def reference(model_and_tokenizer: tuple[Any, Any], tmp_path_factory: pytest.Tem
     """The float32 reference with its calibration: made once per run, shared by pytest-xdist workers (a file under
     their common temporary folder, written under a lock)."""
     model, tokenizer = model_and_tokenizer
-    shared = tmp_path_factory.getbasetemp().parent / "real-model-reference.json"
-    with FileLock(str(shared) + ".lock"):
-        if shared.is_file():
-            return gg.GenerationTrace.from_json(shared.read_text(encoding="utf-8"))
+
+    def make() -> str:
         trace = gg.record(model, tokenizer, rm.PROMPTS, max_new_tokens=rm.MAX_NEW_TOKENS, top_k=rm.TOP_K)
-        trace = gg.calibrate(model, tokenizer, trace, PRECISIONS)
-        shared.write_text(trace.to_json(), encoding="utf-8")
-        return trace
+        return gg.calibrate(model, tokenizer, trace, PRECISIONS).to_json()
+
+    # (the run's own folder: without xdist the basetemp's parent holds every earlier run's, and a stale one was read)
+    return gg.GenerationTrace.from_json(once_per_run(tmp_path_factory, "real-model-reference.json", make))
 
 
 def scaled(module_path: str, factor: float, dtype: torch.dtype = torch.bfloat16) -> Callable[[Any], Any]:
