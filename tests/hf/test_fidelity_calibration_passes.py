@@ -24,10 +24,8 @@ def reference() -> tuple[Any, Any, gg.GenerationTrace]:
     return model, gg.tiny_tokenizer(), quantizers.reference_trace(model)
 
 
-def test_each_reference_copy_is_teacher_forced_once(
-    reference: tuple[Any, Any, gg.GenerationTrace], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    model, tokenizer, trace = reference
+def counted_passes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The models `hf.fidelity` teacher forces from now on, one entry per forward pass."""
     forced: list[Any] = []
     real = fidelity_module.forced_logits
 
@@ -36,6 +34,14 @@ def test_each_reference_copy_is_teacher_forced_once(
         return real(forced_model, *args)
 
     monkeypatch.setattr(fidelity_module, "forced_logits", counting)
+    return forced
+
+
+def test_each_reference_copy_is_teacher_forced_once(
+    reference: tuple[Any, Any, gg.GenerationTrace], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, tokenizer, trace = reference
+    forced = counted_passes(monkeypatch)
     figures = fidelity_module.calibration_figures(model, tokenizer, trace, PRECISIONS)
 
     copies = [m for m in forced if m is not model]
@@ -64,14 +70,7 @@ def test_the_reference_model_is_forced_once_per_state(
     # once per precision and once per candidate); an edit of the reference model's weights forces it again.
     model, tokenizer, trace = reference
     model = copy.deepcopy(model)  # a model no other test has forced
-    forced: list[Any] = []
-    real = fidelity_module.forced_logits
-
-    def counting(forced_model: Any, *args: Any) -> Any:
-        forced.append(forced_model)
-        return real(forced_model, *args)
-
-    monkeypatch.setattr(fidelity_module, "forced_logits", counting)
+    forced = counted_passes(monkeypatch)
     fidelity_module.calibration_figures(model, tokenizer, trace, PRECISIONS)
     candidate = reference_copy(model, "bf16")
     first = gg.fidelity(candidate, tokenizer, trace, reference_model=model, probe=False)
