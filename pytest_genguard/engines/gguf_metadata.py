@@ -1,15 +1,22 @@
-"""A GGUF's metadata, read once per state of the file. gguf-py's ``GGUFReader`` parses every field when it opens a
-file, the vocabulary's strings and merges included (98,000 strings for SmolLM2-135M: 5 to 14 s a read on a 2-core
-machine), while genguard asks the same file for its type (the judgement, each trace's environment), its chat
-template and its hyperparameters (each snapshot's conformance checks): ``--genguard-gguf`` and ``genguard
-check-gguf`` read it four times per snapshot before this. What is kept is what those checks read, keyed by the
-file's identity and state (device, inode, size, modification and change times: an edit in place, a copy over it or
-a new file under the name is another key); kept for the few files a process judges.
+"""A GGUF's metadata, read once per state of the file, from its header alone. gguf-py's ``GGUFReader`` parses every
+field when it opens a file, each element of the vocabulary's arrays through its own numpy view (98,000 strings for
+SmolLM2-135M: 2.4 s a read quiet, 5 to 14 s on a busy 2-core machine; llama.cpp's own pull request #13378 is open for
+it), while genguard asks a file only for its scalars (its type for the judgement and each trace's environment, its
+chat template and hyperparameters for the conformance checks) and one small tensor: 20 reads cost the llama.cpp
+tests a fifth of their time. So the header is walked here, arrays stepped over by their lengths, with gguf-py's own
+tables (magic, versions, value types, the default alignment); `tests/engines/test_gguf_metadata.py` holds what it
+reads equal to ``GGUFReader``'s fields on files written by gguf-py's writer and by llama.cpp's tools. What is kept
+is keyed by the file's identity and state (device, inode, size, modification and change times: an edit in place, a
+copy over it or a new file under the name is another key); kept for the few files a process judges.
 """
 
 from __future__ import annotations
 
+import mmap
+import struct
+import sys
 import time
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -68,13 +75,107 @@ def _state(path: Path) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+_SCALARS = {  # GGUFValueType -> struct format (sizes as the GGUF spec and gguf-py's reader give them)
+    gguf.GGUFValueType.UINT8: "B",
+    gguf.GGUFValueType.INT8: "b",
+    gguf.GGUFValueType.UINT16: "H",
+    gguf.GGUFValueType.INT16: "h",
+    gguf.GGUFValueType.UINT32: "I",
+    gguf.GGUFValueType.INT32: "i",
+    gguf.GGUFValueType.FLOAT32: "f",
+    gguf.GGUFValueType.BOOL: "?",
+    gguf.GGUFValueType.UINT64: "Q",
+    gguf.GGUFValueType.INT64: "q",
+    gguf.GGUFValueType.FLOAT64: "d",
+}
+_SUPPORTED_VERSIONS = (2, 3)  # gguf-py's reader's (gguf.gguf_reader.READER_SUPPORTED_VERSIONS)
+
+
+class _Header:
+    """A cursor over a GGUF's bytes in the file's byte order."""
+
+    def __init__(self, data: mmap.mmap, order: str) -> None:
+        self.data, self.order, self.offset = data, order, 0
+
+    def scalar(self, fmt: str) -> Any:
+        (value,) = struct.unpack_from(self.order + fmt, self.data, self.offset)
+        self.offset += struct.calcsize(fmt)
+        return value
+
+    def string(self) -> str:
+        length = self.scalar("Q")
+        start, self.offset = self.offset, self.offset + length
+        return bytes(self.data[start : self.offset]).decode("utf-8")
+
+    def value(self, kind: int) -> tuple[bool, Any]:
+        """(whether it is kept, the value): scalars and strings are read, arrays stepped over."""
+        if kind == gguf.GGUFValueType.STRING:
+            return True, self.string()
+        if kind == gguf.GGUFValueType.ARRAY:
+            item, count = self.scalar("I"), self.scalar("Q")
+            if item in _SCALARS:
+                self.offset += count * struct.calcsize(_SCALARS[gguf.GGUFValueType(item)])
+            else:
+                for _ in range(count):
+                    self.value(item)
+            return False, None
+        if kind not in _SCALARS:
+            raise ValueError(f"unknown GGUF value type {kind} at byte {self.offset}")
+        return True, self.scalar(_SCALARS[gguf.GGUFValueType(kind)])
+
+
 def _parse(path: Path) -> GGUFMetadata:
-    reader = gguf.GGUFReader(str(path))
-    fields = {
-        key: field.contents()
-        for key, field in reader.fields.items()
-        if not (field.types and field.types[0] == gguf.GGUFValueType.ARRAY)
-    }
-    rope = [t for t in reader.tensors if t.name == ROPE_FREQS]
-    factors = tuple(float(x) for x in rope[0].data.reshape(-1)) if rope else None
+    try:
+        return _walk(path)
+    except (struct.error, UnicodeDecodeError, OverflowError) as exc:
+        raise ValueError(f"{path}: the GGUF header is truncated or corrupt ({exc}); write the file again") from None
+
+
+def _walk(path: Path) -> GGUFMetadata:
+    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        header = _Header(data, "<")
+        if header.scalar("I") != gguf.GGUF_MAGIC:
+            raise ValueError(f"{path}: not a GGUF file (its magic is not {gguf.GGUF_MAGIC:#x})")
+        version = header.scalar("I")
+        if version & 0xFFFF == 0:  # written for the other byte order (as gguf-py's reader tells it)
+            header.order = ">" if sys.byteorder == "little" else "<"
+            version = struct.unpack(header.order + "I", struct.pack("<I", version))[0]
+        if version not in _SUPPORTED_VERSIONS:
+            raise ValueError(f"{path}: GGUF version {version}; genguard reads versions 2 and 3")
+        tensors, count = header.scalar("Q"), header.scalar("Q")
+        fields: dict[str, Any] = {"GGUF.version": version, "GGUF.tensor_count": tensors, "GGUF.kv_count": count}
+        for _ in range(count):
+            key = header.string()
+            kept, value = header.value(header.scalar("I"))
+            if kept:
+                fields[key] = value
+        rope: tuple[int, tuple[int, ...], int] | None = None  # (type, dims, offset) of the rope factors
+        for _ in range(tensors):
+            name = header.string()
+            dims = tuple(header.scalar("Q") for _ in range(header.scalar("I")))
+            kind, offset = header.scalar("I"), header.scalar("Q")
+            if name == ROPE_FREQS:
+                rope = (kind, dims, offset)
+        factors = None
+        if rope is not None:
+            factors = _rope_factors(data, header, fields, rope, path)
     return GGUFMetadata(MappingProxyType(fields), factors)
+
+
+def _rope_factors(
+    data: mmap.mmap, header: _Header, fields: dict[str, Any], rope: tuple[int, tuple[int, ...], int], path: Path
+) -> tuple[float, ...]:
+    """The float32 values of `ROPE_FREQS`, read from the data section after the header's padding."""
+    kind, dims, offset = rope
+    if kind != gguf.GGMLQuantizationType.F32:
+        raise ValueError(f"{path}: {ROPE_FREQS} is {gguf.GGMLQuantizationType(kind).name}, not F32")
+    alignment = int(fields.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT))
+    start = -(-header.offset // alignment) * alignment + offset
+    count = 1
+    for d in dims:
+        count *= d
+    values = array("f")
+    values.frombytes(data[start : start + 4 * count])
+    if (header.order == ">") != (sys.byteorder == "big"):
+        values.byteswap()
+    return tuple(float(x) for x in values)
