@@ -68,7 +68,7 @@ def test_without_the_extra_it_names_the_install_command(
 def test_the_f32_file_holds_and_the_eps_bug_regresses(
     snapshot: Path, folder: Path, f32_gguf: Path, capsys: pytest.CaptureFixture[str], edits: Any
 ) -> None:
-    model = ("--model", str(folder), "--no-long-probe")  # the F32 probe: test_long_probe_gguf.py
+    model = ("--model", str(folder), "--no-long-probe")  # the F32 probe: test_long_probe_smollm2.py
     code, out, _ = run(capsys, str(f32_gguf), str(snapshot), "--kv-cache", "f32", *model)
     assert code == 0, out
     assert "judged by float32 rule: an F32 file with an f32 KV cache computes in float32\n" in out

@@ -17,7 +17,7 @@ def test_each_file_is_judged_as_check_gguf_judges_it(
     run = served_project(tmp_path / "project", reference.to_json())
     assert run("--snapshot-update").returncode == 0
     # the config and tokenizer (else transformers reads the GGUF's); the long probe left out: each run would read it
-    # again in its own process (tests/engines/test_long_probe_gguf.py judges it)
+    # again in its own process (tests/engines/test_long_probe_smollm2.py judges it)
     model = ("--genguard-gguf-model", str(folder), "--genguard-gguf-no-probe")
     # The F32 file with an f32 KV cache: the float32 rule, under the test's tolerances; its metadata as the config's.
     held = run("--genguard-gguf", str(f32_gguf), "--genguard-gguf-kv-cache", "f32", *model)

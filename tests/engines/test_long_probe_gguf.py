@@ -1,11 +1,12 @@
 """Every step compared, unproven never a pass, and the long probe, on real GGUF files made by llama.cpp's own converter
-and quantizer: a tiny model with sliding-window layers (Gemma 3's text architecture, window 16: tests/support/
-swa_model.py) and the real chat model (SmolLM2-135M-Instruct).
+and quantizer from a tiny model with sliding-window layers (Gemma 3's text architecture, window 16:
+tests/support/swa_model.py); the real chat model's long probe is test_long_probe_smollm2.py.
 
 A snapshot of short prompts (none past the window) cannot see a rope base or a sliding-window edit; the long probe
 (2,048 tokens of a built-in text, both sides in process, exact) can. The correct Q8_0 is within, proven, every step
 compared; the edits are outside by the probe though the snapshot holds. Judges are built from the session's model,
-so the probe's reference side is computed once per model (`hf.long_probe.reference_chunks`).
+so the probe's reference side is computed once per model (`hf.long_probe.reference_chunks`). Nothing here needs the
+real chat model's reference, so CI's llama.cpp leg runs this file first, beside the worker that computes it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gguf_support import judge_on
 from swa_model import WINDOW, save_swa_model
 
 from pytest_genguard import calibrate, record
@@ -47,15 +49,6 @@ def swa_q8(swa: tuple[Path, Any, Any], genguard_engine: Any) -> Path:
     """llama.cpp's converter's Q8_0 of it (its Q4_K_M is outside gguf-q4_k_m: the final norm's x12 sharpens the
     tied head's 4-bit rounding too, benchmarks/long_probe.py)."""
     return Path(genguard_engine("llama_cpp", outtype="q8_0").convert(swa[0])) / "model.gguf"
-
-
-def judge_on(path: Path, hf: tuple[Any, Any], model_dir: Path | None, genguard_engine: Any) -> Any:
-    """A check-gguf judge of `path` on the session's Hugging Face side."""
-    from pytest_genguard.engines.gguf_check import GGUFJudge
-    from pytest_genguard.engines.llama_cpp import file_type
-
-    model, tokenizer = hf
-    return GGUFJudge(path, "f16", file_type(path), model, tokenizer, genguard_engine("llama_cpp"), model_dir)
 
 
 def test_a_correct_q8_0_is_within_proven_at_every_step_and_on_the_long_probe(
@@ -129,34 +122,3 @@ def test_check_gguf_exits_1_on_the_window_edit_and_names_it(
     assert code == 1, out
     assert "long probe OUTSIDE: 2048 tokens of the built-in long text" in out
     assert "(Q8_0, KV cache f16): OUTSIDE THE BUDGET" in out
-
-
-def test_smollm2s_rope_base_edit_is_outside_at_long_context_and_its_correct_q8_0_within(
-    hf: tuple[Any, Any], folder: Path, reference: Any, gguf_of: Any, genguard_engine: Any, edits: Any
-) -> None:
-    q8 = gguf_of("q8_0")
-    judged = judge_on(q8, hf, folder, genguard_engine).judge(reference)
-    assert judged.status == "within" and judged.report.skipped == 0, str(judged)
-    bad = edits(q8, "gguf_set_metadata", "llama.rope.freq_base", "200000")
-    report = judge_on(bad, hf, folder, genguard_engine).judge(reference).report
-    assert report.probe is not None and report.probe.status == "outside", str(report)
-    assert report.status == "outside"
-
-
-def test_an_f32_file_with_an_f32_cache_holds_the_float32_rule_and_its_long_probe_fp16(
-    hf: tuple[Any, Any], folder: Path, reference: Any, f32_gguf: Path, genguard_engine: Any, edits: Any
-) -> None:
-    # The float32 rule's allowance is a short path's rounding: over the probe's 2,048 positions llama.cpp's and
-    # torch's float32 sums drift past it with no bug (3.4e-5 in a logprob at position 401), so the probe of an F32
-    # file is judged by fp16 (on the probe), which a rope edit still breaks.
-    from pytest_genguard.engines.gguf_check import GGUFJudge
-
-    model, tokenizer = hf
-    llama = genguard_engine("llama_cpp", kv_cache="f32")
-    judged = GGUFJudge(f32_gguf, "f32", "F32", model, tokenizer, llama, folder).judge(reference)
-    assert judged.report is None and judged.probe is not None and judged.probe.budget is not None
-    assert judged.status == "holds", str(judged)
-    assert "long probe within fp16" in str(judged)
-    bad = edits(f32_gguf, "gguf_set_metadata", "llama.rope.freq_base", "200000")
-    broken = GGUFJudge(bad, "f32", "F32", model, tokenizer, llama, folder).judge(reference)
-    assert broken.probe is not None and not broken.probe.holds and broken.status == "regression", str(broken)

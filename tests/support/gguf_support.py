@@ -82,3 +82,12 @@ def scaled_tensor(source: Path, out: Path, name: str, factor: float) -> Path:
     reader.data.flush()
     del reader
     return out
+
+
+def judge_on(path: Path, hf: tuple[Any, Any], model_dir: Path | None, genguard_engine: Any) -> Any:
+    """A check-gguf judge of `path` (llama.cpp's default f16 KV cache) on a session's Hugging Face side."""
+    from pytest_genguard.engines.gguf_check import GGUFJudge
+    from pytest_genguard.engines.llama_cpp import file_type
+
+    model, tokenizer = hf
+    return GGUFJudge(path, "f16", file_type(path), model, tokenizer, genguard_engine("llama_cpp"), model_dir)
