@@ -89,7 +89,7 @@ def gguf_of(folder: Path, genguard_engine: Any) -> Any:
 @pytest.fixture(scope="session")
 def llama_cpp_extra(genguard_engine: Any) -> None:
     """For a test that needs llama-cpp-python without recording through the engine: skipped, naming the install
-    command, without the extra (CI's llama.cpp leg runs every such test with it)."""
+    command, without the extra (CI runs every such test with it, in README's command)."""
     genguard_engine("llama_cpp")
 
 

@@ -5,8 +5,8 @@ tests/support/swa_model.py); the real chat model's long probe is test_long_probe
 A snapshot of short prompts (none past the window) cannot see a rope base or a sliding-window edit; the long probe
 (2,048 tokens of a built-in text, both sides in process, exact) can. The correct Q8_0 is within, proven, every step
 compared; the edits are outside by the probe though the snapshot holds. Judges are built from the session's model,
-so the probe's reference side is computed once per model (`hf.long_probe.reference_chunks`). Nothing here needs the
-real chat model's reference, so CI's llama.cpp leg runs this file first, beside the worker that computes it.
+so the probe's reference side is computed once per model (`hf.long_probe.reference_chunks`); nothing here needs the
+real chat model's reference.
 """
 
 from __future__ import annotations

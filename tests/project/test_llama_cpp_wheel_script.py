@@ -1,4 +1,4 @@
-"""`.ci/llama-cpp-wheel` (CI's llama.cpp leg builds or reuses llama-cpp-python's wheel with it) fails loudly when the
+"""`.ci/llama-cpp-wheel` (CI builds or reuses llama-cpp-python's wheel with it) fails loudly when the
 source cannot be had, leaves nothing a later run would take for a built wheel, and reuses a complete folder."""
 
 from __future__ import annotations
