@@ -1,6 +1,7 @@
 """llama-server's mapping without a server: how its ``/completion`` answer becomes genguard's steps, what a malformed
 one says, and how a URL's API is told apart (``GET /props``). The real server is judged in
-tests/engines/test_llama_server.py (in CI's README command, llama.cpp's extra installed); these run everywhere, standard library only."""
+tests/engines/test_llama_server.py (in CI by README's command, llama.cpp's extra installed); these run everywhere,
+standard library only."""
 
 from __future__ import annotations
 
