@@ -63,7 +63,7 @@ KV_CACHES = {"f16": llama_cpp.GGML_TYPE_F16, "f32": llama_cpp.GGML_TYPE_F32}
 """The KV cache types (``type_k`` and ``type_v``); f16 is llama.cpp's default."""
 SOURCE_ENV = "GENGUARD_LLAMA_SOURCE"
 HOME_ENV = "GENGUARD_LLAMA_HOME"
-RECIPE = 2  # .ci/llama-cpp-wheel's recipe number: the folder it keeps the wheel and the source in
+RECIPE = 3  # .ci/llama-cpp-wheel's recipe number: the folder it keeps the wheel and the source in
 _BUILD = ".ci/llama-cpp-wheel"
 
 
