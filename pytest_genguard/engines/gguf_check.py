@@ -154,22 +154,29 @@ def judgement(file_type: str, kv_cache: str) -> tuple[Budget | None, str]:
     return PRESETS[name], f"preset {name}: the preset of file type {file_type}"
 
 
-def _hf_side(gguf: Path, model_dir: Path | None) -> tuple[Any, Any]:
-    """The Hugging Face model and tokenizer: from `model_dir`, else as transformers dequantizes the GGUF."""
+def _hf_side(gguf: Path, model_dir: Path | None) -> tuple[Any, Any, Any]:
+    """The Hugging Face side (model, tokenizer, config): from `model_dir`; else the GGUF's own config and tokenizer as
+    transformers reads them, and no model (`GGUFJudge.hf_model` dequantizes the GGUF when a path needs one)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if model_dir is not None:
         if not (model_dir / "config.json").is_file():
             raise BadInput(f"--model {model_dir}: holds no config.json; pass the folder save_pretrained wrote")
-        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    else:
-        kwargs = {"gguf_file": gguf.name}
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
-    model.eval()
-    return model, tokenizer
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+        return model, AutoTokenizer.from_pretrained(str(model_dir)), model.config
+    kwargs = {"gguf_file": gguf.name}
+    config = AutoConfig.from_pretrained(str(gguf.parent), **kwargs)
+    return None, AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs), config
+
+
+def _dequantized(gguf: Path) -> Any:
+    """The GGUF's weights as transformers dequantizes them, in float32 (every tensor: a 4-bit file's model takes eight
+    times its size in memory)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, gguf_file=gguf.name).eval()
 
 
 @dataclass(frozen=True)
@@ -234,18 +241,22 @@ WITH_MODEL = "pass the snapshot's model folder (--model DIR, --genguard-gguf-mod
 @dataclass
 class GGUFJudge:
     """A GGUF opened for judging snapshots: its llama.cpp engine (with its KV cache type), its file type, and the
-    Hugging Face side (the model's config, generation settings and tokenizer: from `model_dir`, else as transformers
-    dequantizes the GGUF). With `model_dir` the model is the reference: a budget's figures are exact and the long probe
-    is read once (`probe`). `genguard check-gguf` and ``pytest --genguard-gguf`` open one and judge every snapshot."""
+    Hugging Face side (the model, its config and tokenizer: from `model_dir`; else the GGUF's own config and tokenizer
+    as transformers reads them, its weights dequantized only for the float32 rule: `hf_model`). With `model_dir` the
+    model is the reference: a budget's figures are exact and the long probe is read once (`probe`). `genguard
+    check-gguf` and ``pytest --genguard-gguf`` open one and judge every snapshot."""
 
     path: Path
     kv_cache: str
     file_type: str
     model: Any
+    """The reference model (from `model_dir`); None without it until `hf_model()` dequantizes the GGUF."""
     tokenizer: Any
     llama: Any
     model_dir: Path | None = None
     probe: bool = True
+    gguf_config: Any = None
+    """The GGUF's own config, as transformers reads it (without `model_dir`: `config`)."""
     _logits: Any = None
     _probe: Any = None
     _weights: str | None = None
@@ -275,8 +286,21 @@ class GGUFJudge:
                 judgement(kind, kv_cache)
             except ValueError as exc:
                 raise BadInput(f"GGUF {path}: {exc}") from None
-        model, tokenizer = _hf_side(path, model_dir)
-        return cls(path, kv_cache, kind, model, tokenizer, llama, model_dir, probe)
+        model, tokenizer, config = _hf_side(path, model_dir)
+        return cls(path, kv_cache, kind, model, tokenizer, llama, model_dir, probe, config)
+
+    @property
+    def config(self) -> Any:
+        """The model's config: the reference model's, else the GGUF's own."""
+        return self.model.config if self.model is not None else self.gguf_config
+
+    def hf_model(self) -> Any:
+        """The Hugging Face model: the reference model, else the GGUF dequantized (once). Only the float32 rule needs
+        one without `model_dir` (its trace takes the generation config and fingerprint from a model); a budget judges
+        from the config, so a quantized file's weights are never dequantized for it."""
+        if self.model is None:
+            self.model = _dequantized(self.path)
+        return self.model
 
     def mismatches(self, traces: Sequence[GenerationTrace]) -> list[Mismatch]:
         """What differs beyond the logits (stale): the tokenizer and the chat template on the snapshots' prompts, and
@@ -286,7 +310,7 @@ class GGUFJudge:
         found = gguf_conformance.tokenizer_mismatches(self.path, self.tokenizer, traces)
         found += gguf_conformance.template_mismatches(self.path, self.tokenizer, traces)
         if self.model_dir is not None:
-            found = gguf_conformance.metadata_mismatches(self.path, self.model.config) + found
+            found = gguf_conformance.metadata_mismatches(self.path, self.config) + found
         return found
 
     def judgement(self, budget: Budget | None = None) -> tuple[Budget | None, str]:
@@ -328,7 +352,8 @@ class GGUFJudge:
         model in process is the snapshot's, with the long probe (read once per judge)."""
         limits, why = self.judgement(budget)
         if limits is None:
-            candidate = self.llama.record_model(self.model, self.tokenizer, reference=reference, converted=self.path)
+            model = self.hf_model()
+            candidate = self.llama.record_model(model, self.tokenizer, reference=reference, converted=self.path)
             args = (overrides or Overrides()).args()
             cmp = compare(reference, candidate, check_fingerprints=False, **args)
             probe = self._rule_probe() if self.probe and self.model_dir is not None else None
@@ -345,7 +370,7 @@ class GGUFJudge:
             budget=limits,
             reference_model=self.model if exact else None,
             probe=self._probe_judge() if self.probe and self.model_dir is not None else None,
-            config=self.model.config,
+            config=self.config,
             where="check-gguf",
         )
         if self.model_dir is not None and not exact:
@@ -362,7 +387,7 @@ class GGUFJudge:
     def _coverage(self, reference: GenerationTrace) -> str:
         from pytest_genguard.hf.long_probe import window_and_context
 
-        window, context = window_and_context(self.model.config)
+        window, context = window_and_context(self.config)
         return coverage(reference, sliding_window=window, context=context).line()
 
 

@@ -128,10 +128,14 @@ def test_an_f32_file_with_llama_cpps_f16_kv_cache_is_judged_by_the_fp16_preset(
 
 @pytest.mark.usefixtures("llama_cpp_extra")
 def test_a_bound_that_proves_nothing_exits_4_naming_how_to_prove_it_and_a_calibrated_one_0(
-    reference: Any, snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    reference: Any, snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from pytest_genguard.engines.gguf_check import GGUFJudge
     from pytest_genguard.hf.smollm2 import gguf_path
 
+    # A budget judges from the GGUF's config: its weights are never dequantized (a 4-bit file's float32 model is eight
+    # times its size; only the float32 rule takes a model, for its trace's generation config and fingerprint).
+    monkeypatch.setattr(GGUFJudge, "hf_model", lambda self: pytest.fail("a budget dequantized the GGUF's weights"))
     # Without --model the figures are the snapshot's top-5 bounds, every step compared from llama.cpp's full
     # distribution: within the calibrated snapshot's bounds (its own int8 measured like for like) is proven ...
     code, out, _ = run(capsys, str(gguf_path()), str(snapshot))
