@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -81,7 +82,16 @@ def _cold_then_warm(with_probe: Callable[[], None], without: Callable[[], None],
     """The probe's cost: once cold (its reference side and the calibration on it computed), then warm (kept per model
     state), in alternating pairs against the same check without it."""
     long_probe.forget()
-    cold, _ = timed(with_probe)
+    with tempfile.TemporaryDirectory() as empty:  # the calibration's store empty too: a first run's cost
+        before = os.environ.get("GENGUARD_CACHE_DIR")
+        os.environ["GENGUARD_CACHE_DIR"] = empty
+        try:
+            cold, _ = timed(with_probe)
+        finally:
+            if before is None:
+                del os.environ["GENGUARD_CACHE_DIR"]
+            else:
+                os.environ["GENGUARD_CACHE_DIR"] = before
     alone, _ = timed(without)
     warm = alternate(with_probe, without, pairs)
     return [

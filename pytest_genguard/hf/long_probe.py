@@ -9,22 +9,29 @@ Lincoln's Second Inaugural Address, all public domain) is tokenized by the model
 more than the model's context (the text is read again from its start when a tokenizer needs more). Both sides give
 their logits a chunk of positions at a time (`CHUNK`): the model by chunked prefill through its own KV cache, an
 engine from its one pass, so the float64 log-softmax over the full vocabulary never holds more than a chunk (2048 x
-49152 float64 would be 800 MB). The reference side is computed once per model state and kept (`reference_chunks`).
+49152 float64 would be 800 MB). The reference side is computed once per model state and kept (`reference_chunks`);
+the calibration on it (`probe_calibration`) is stored in genguard's cache, keyed by the model and the environment.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import json
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.budget import CALIBRATED_METRICS, Budget, FidelityReport, calibration_key
+from pytest_genguard.core.errors import CacheFolderError, GenguardCacheWarning
 from pytest_genguard.core.fidelity import StepFidelity, aggregate
 from pytest_genguard.core.long_context import ProbeInfo
 from pytest_genguard.hf._generation import inference
+from pytest_genguard.hf.cache import CacheCorrupt, cache_key, default_cache_dir, fetch
 from pytest_genguard.hf.full_vocabulary import exact_steps
 from pytest_genguard.hf.reference_copies import reference_copy
 from pytest_genguard.hf.weights_hash import weights_hash
@@ -34,7 +41,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
+    "CALIBRATION_FILE",
     "CHUNK",
+    "PROBE_CACHE_FORMAT",
     "PROBE_TOKENS",
     "TEXT_NAME",
     "ProbeJudge",
@@ -48,6 +57,7 @@ __all__ = [
     "probe_steps",
     "probe_text",
     "reference_chunks",
+    "stored_calibration_key",
     "window_and_context",
 ]
 
@@ -178,15 +188,73 @@ def probe_steps(
 def probe_calibration(model: PreTrainedModel, ids: Sequence[int], precision: str) -> dict[str, float]:
     """What genguard's own `precision` conversion of `model` costs along the probe, exactly (``{"int8.kld_mean":
     ...}``): the scale of a relative preset's limits on the probe. One more teacher-forced pass of the copy, once per
-    model state, ids and precision."""
+    model state, ids, precision and environment: stored in genguard's cache (``$GENGUARD_CACHE_DIR``, else the user
+    cache folder; `stored_calibration_key`), so a second run, or a second xdist worker, reads it instead. A folder
+    that cannot be written is warned about, and the figures measured all the same."""
     key = (weights_hash(model), hash(tuple(ids)), precision)
     kept = _CALIBRATIONS.setdefault(model, {})
     if key not in kept:
-        copy = reference_copy(model, precision)
-        metrics = aggregate(probe_steps(reference_chunks(model, ids), model_chunks(copy)(ids), ids))
-        del copy
-        kept[key] = {calibration_key(precision, k): float(metrics[k]) for k in CALIBRATED_METRICS}
+
+        def build(folder: Path) -> tuple[dict[str, float], dict[str, Any]]:
+            figures = _measured(model, ids, precision)
+            (folder / CALIBRATION_FILE).write_text(json.dumps(figures, sort_keys=True), encoding="utf-8")
+            return figures, {"precision": precision}
+
+        root = default_cache_dir() / "long-probe"
+        try:
+            kept[key] = fetch(root, stored_calibration_key(model, ids, precision), build=build, load=_load).value
+        except CacheFolderError as exc:
+            warnings.warn(GenguardCacheWarning(f"the long probe's calibration is not stored: {exc}"), stacklevel=2)
+            kept[key] = _measured(model, ids, precision)
     return kept[key]
+
+
+def _measured(model: PreTrainedModel, ids: Sequence[int], precision: str) -> dict[str, float]:
+    copy = reference_copy(model, precision)
+    metrics = aggregate(probe_steps(reference_chunks(model, ids), model_chunks(copy)(ids), ids))
+    del copy
+    return {calibration_key(precision, k): float(metrics[k]) for k in CALIBRATED_METRICS}
+
+
+CALIBRATION_FILE = "calibration.json"
+PROBE_CACHE_FORMAT = 1
+"""Bumped when what `probe_calibration` measures changes (the reference copies, the steps, the metrics): part of
+every stored calibration's key, so old entries are simply not found."""
+
+
+def stored_calibration_key(model: PreTrainedModel, ids: Sequence[int], precision: str) -> str:
+    """The cache key of a probe calibration: everything its figures depend on. The model's weights and architecture,
+    the ids, the precision, and the environment a trace records (torch, transformers, the CPU kernel set, threads,
+    the device, dtype and attention implementation): another kernel set rounds the copy's pass differently."""
+    from pytest_genguard.hf.environment import environment
+    from pytest_genguard.hf.fingerprint import config_hash
+
+    return cache_key(
+        {
+            "what": "long-probe calibration",
+            "format": PROBE_CACHE_FORMAT,
+            "weights": weights_hash(model),
+            "config": config_hash(model),
+            "ids": hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest(),
+            "precision": precision,
+            "chunk": CHUNK,
+            "metrics": list(CALIBRATED_METRICS),
+            "environment": environment(model),
+        }
+    )
+
+
+def _load(entry: Path, manifest: dict[str, Any]) -> dict[str, float]:
+    figures = json.loads((entry / CALIBRATION_FILE).read_text(encoding="utf-8"))
+    precision = manifest.get("precision")
+    expected = {calibration_key(str(precision), k) for k in CALIBRATED_METRICS}
+    if (
+        not isinstance(figures, dict)
+        or set(figures) != expected
+        or not all(isinstance(v, float) for v in figures.values())
+    ):
+        raise CacheCorrupt(f"{CALIBRATION_FILE} does not hold the {precision} figures {sorted(expected)}")
+    return {str(k): float(v) for k, v in figures.items()}
 
 
 ProbeJudge = Callable[[Budget | None], tuple[FidelityReport, ProbeInfo]]

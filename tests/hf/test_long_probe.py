@@ -5,7 +5,9 @@ by `fidelity(reference_model=)`: a model edited at long positions only is outsid
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
+import pytest
 import torch
 from swa_model import swa_model
 
@@ -58,3 +60,35 @@ def test_fidelity_reads_the_probe_with_the_reference_model_and_a_rope_edit_fails
     assert report.status == "outside" and "long probe kld_mean" in str(report).splitlines()[0]
     off = fidelity(moved, tokenizer, trace, budget={"kld_mean": 1e-3}, reference_model=model, probe=False)
     assert off.probe is None and off.status == "within"
+
+
+def test_the_probes_calibration_is_stored_once_and_read_back_and_its_key_names_what_moves_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_genguard.hf import long_probe
+
+    monkeypatch.setenv("GENGUARD_CACHE_DIR", str(tmp_path))
+    model = tiny_model("llama")
+    ids = probe_ids(tiny_tokenizer(), model.config)
+    measured = long_probe.probe_calibration(model, ids, "int8")
+    assert set(measured) == {f"int8.{m}" for m in ("kld_mean", "kld_p90", "kld_p99", "kld_max", "top1_agreement")}
+    assert len(list((tmp_path / "long-probe").glob(f"*/{long_probe.CALIBRATION_FILE}"))) == 1
+    long_probe.forget()  # a new session: nothing kept in memory
+    monkeypatch.setattr(long_probe, "reference_copy", lambda *args: pytest.fail("the stored calibration was measured"))
+    assert long_probe.probe_calibration(model, ids, "int8") == measured
+    # Its negative controls: another precision, other weights or another thread count are other keys, measured anew.
+    with pytest.raises(pytest.fail.Exception, match="was measured"):
+        long_probe.probe_calibration(model, ids, "fp16")
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        other.lm_head.weight.mul_(1.01)
+    keys = {
+        long_probe.stored_calibration_key(m, ids, p) for m, p in ((model, "int8"), (model, "fp16"), (other, "int8"))
+    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        keys.add(long_probe.stored_calibration_key(model, ids, "int8"))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(keys) == 4
