@@ -250,13 +250,13 @@ class GGUFJudge:
     kv_cache: str
     file_type: str
     model: Any
-    """The reference model (from `model_dir`); None without it until `hf_model()` dequantizes the GGUF."""
+    """The Hugging Face model (from `model_dir`: the reference); without `model_dir`, None until `hf_model()`."""
     tokenizer: Any
     llama: Any
     model_dir: Path | None = None
     probe: bool = True
     gguf_config: Any = None
-    """The GGUF's own config, as transformers reads it (without `model_dir`: `config`)."""
+    """The GGUF's own config as transformers reads it: `config` while no model is loaded."""
     _logits: Any = None
     _probe: Any = None
     _weights: str | None = None

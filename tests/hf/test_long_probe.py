@@ -92,3 +92,20 @@ def test_the_probes_calibration_is_stored_once_and_read_back_and_its_key_names_w
     finally:
         torch.set_num_threads(threads)
     assert len(keys) == 4
+
+
+def test_a_cache_folder_that_cannot_be_written_is_warned_about_and_the_calibration_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_genguard.core.budget import CALIBRATED_METRICS, calibration_key
+    from pytest_genguard.core.errors import GenguardCacheWarning
+    from pytest_genguard.hf import long_probe
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    monkeypatch.setenv("GENGUARD_CACHE_DIR", str(blocker / "cache"))  # its parent is a file: no folder can be made
+    model = tiny_model("llama")
+    ids = probe_ids(tiny_tokenizer(), model.config)
+    with pytest.warns(GenguardCacheWarning, match="the long probe's calibration is not stored"):
+        figures = long_probe.probe_calibration(model, ids, "int8")
+    assert sorted(figures) == sorted(calibration_key("int8", m) for m in CALIBRATED_METRICS)
