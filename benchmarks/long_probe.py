@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -82,16 +83,8 @@ def _cold_then_warm(with_probe: Callable[[], None], without: Callable[[], None],
     """The probe's cost: once cold (its reference side and the calibration on it computed), then warm (kept per model
     state), in alternating pairs against the same check without it."""
     long_probe.forget()
-    with tempfile.TemporaryDirectory() as empty:  # the calibration's store empty too: a first run's cost
-        before = os.environ.get("GENGUARD_CACHE_DIR")
-        os.environ["GENGUARD_CACHE_DIR"] = empty
-        try:
-            cold, _ = timed(with_probe)
-        finally:
-            if before is None:
-                del os.environ["GENGUARD_CACHE_DIR"]
-            else:
-                os.environ["GENGUARD_CACHE_DIR"] = before
+    with tempfile.TemporaryDirectory() as empty, mock.patch.dict(os.environ, {"GENGUARD_CACHE_DIR": empty}):
+        cold, _ = timed(with_probe)  # the calibration's store empty too: a first run's cost
     alone, _ = timed(without)
     warm = alternate(with_probe, without, pairs)
     return [
