@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV_SCRIPT = ROOT / ".ci" / "vllm-venv"
 PORTS_ENV = "GENGUARD_TEST_PORTS"  # "18000-18099": where the test servers may listen (default: any free port)
@@ -227,5 +229,25 @@ def served_project(
             text=True,
             check=False,
         )
+
+    return run
+
+
+def served_project_in_process(
+    pytester: pytest.Pytester, trace_json: str, *, marker: str = ""
+) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`served_project` in `pytester`'s folder, each run in this process (``runpytest_inprocess``): for a test of many
+    runs whose engine lives in the process (``--genguard-gguf``). Each subprocess run imported torch, transformers and
+    llama.cpp again (5-8 s of CPU apiece, seven runs); the project and its arguments are the same."""
+    folder = pytester.path
+    (folder / "test_served.py").write_text(SERVED_TEST.format(marker=f"{marker}\n" if marker else ""), encoding="utf-8")
+    (folder / "served.json").write_text(trace_json, encoding="utf-8")
+    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = ["-p", "no:cacheprovider", "-q", *args]
+        result = pytester.runpytest_inprocess(*argv)
+        out, err = "\n".join(result.outlines), "\n".join(result.errlines)
+        return subprocess.CompletedProcess(argv, int(result.ret), out, err)
 
     return run
