@@ -210,6 +210,13 @@ from pytest_genguard.core.trace import GenerationTrace
 """
 
 
+def write_served_project(folder: Path, trace_json: str, *, marker: str = "") -> None:
+    """The project's files in `folder` (which exists): its one test, the trace it asserts, its ini file."""
+    (folder / "test_served.py").write_text(SERVED_TEST.format(marker=f"{marker}\n" if marker else ""), encoding="utf-8")
+    (folder / "served.json").write_text(trace_json, encoding="utf-8")
+    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+
+
 def served_project(
     folder: Path, trace_json: str, *, marker: str = ""
 ) -> Callable[..., subprocess.CompletedProcess[str]]:
@@ -217,9 +224,7 @@ def served_project(
     ``"@pytest.mark.genguard(fidelity='bf16')"``), and a function that runs pytest there with the given arguments (in
     a subprocess: `--genguard-server` talks to a real server)."""
     folder.mkdir(parents=True)
-    (folder / "test_served.py").write_text(SERVED_TEST.format(marker=f"{marker}\n" if marker else ""), encoding="utf-8")
-    (folder / "served.json").write_text(trace_json, encoding="utf-8")
-    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    write_served_project(folder, trace_json, marker=marker)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -237,12 +242,10 @@ def served_project_in_process(
     pytester: pytest.Pytester, trace_json: str, *, marker: str = ""
 ) -> Callable[..., subprocess.CompletedProcess[str]]:
     """`served_project` in `pytester`'s folder, each run in this process (``runpytest_inprocess``): for a test of many
-    runs whose engine lives in the process (``--genguard-gguf``). Each subprocess run imported torch, transformers and
-    llama.cpp again (5-8 s of CPU apiece, seven runs); the project and its arguments are the same."""
+    runs whose engine lives in the process (``--genguard-gguf``): each subprocess run imported torch, transformers and
+    llama.cpp again (seven runs: 121 s of CPU against 64 in process); the project and its arguments are the same."""
     folder = pytester.path
-    (folder / "test_served.py").write_text(SERVED_TEST.format(marker=f"{marker}\n" if marker else ""), encoding="utf-8")
-    (folder / "served.json").write_text(trace_json, encoding="utf-8")
-    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    write_served_project(folder, trace_json, marker=marker)
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         argv = ["-p", "no:cacheprovider", "-q", *args]
