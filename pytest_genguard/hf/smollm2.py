@@ -123,7 +123,7 @@ def _tokenizer(source: Path) -> PreTrainedTokenizerBase:
     and chat template, the same on every supported transformers. transformers' own GGUF converter gives another
     tokenizer per release: 4.57's adds a normalizer and a BOS to every prompt, ends turns at ``<|im_start|>`` and has
     no pad token (so a snapshot recorded on 5.x would be stale there); 5.x's is the one built here."""
-    from gguf import GGUFReader
+    from gguf import GGUFReader, TokenType
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -136,6 +136,8 @@ def _tokenizer(source: Path) -> PreTrainedTokenizerBase:
 
     if field("tokenizer.ggml.model") != "gpt2":
         raise ModelUnavailable(f"SmolLM2-135M-Instruct: {source} holds no byte-level BPE tokenizer ('gpt2')")
+    if field("tokenizer.ggml.add_bos_token"):
+        raise ModelUnavailable(f"SmolLM2-135M-Instruct: {source} asks for a BOS on every prompt, which it never had")
     tokens: list[str] = field("tokenizer.ggml.tokens")
     bpe = models.BPE(
         vocab={token: i for i, token in enumerate(tokens)},
@@ -150,16 +152,13 @@ def _tokenizer(source: Path) -> PreTrainedTokenizerBase:
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
     backend.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B:1", special_tokens=[])
-    control = 3  # gguf's TokenType.CONTROL: the chat and code markers, matched whole and never split
-    backend.add_special_tokens(
+    backend.add_special_tokens(  # the control tokens (chat and code markers): matched whole, never split
         [
             AddedToken(token, special=True, normalized=False)
             for token, kind in zip(tokens, field("tokenizer.ggml.token_type"), strict=True)
-            if kind == control
+            if kind == TokenType.CONTROL
         ]
     )
-    if field("tokenizer.ggml.add_bos_token"):
-        raise ModelUnavailable(f"SmolLM2-135M-Instruct: {source} asks for a BOS on every prompt, which it never had")
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token=tokens[field("tokenizer.ggml.bos_token_id")],
