@@ -44,6 +44,7 @@ from pytest_genguard.core.long_context import coverage
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Verdict
+from pytest_genguard.engines.gguf_transformers import gguf_config_and_tokenizer
 
 if TYPE_CHECKING:
     from pytest_genguard.engines.gguf_conformance import Mismatch
@@ -156,18 +157,18 @@ def judgement(file_type: str, kv_cache: str) -> tuple[Budget | None, str]:
 
 def _hf_side(gguf: Path, model_dir: Path | None) -> tuple[Any, Any, Any]:
     """The Hugging Face side (model, tokenizer, config): from `model_dir`; else the GGUF's own config and tokenizer as
-    transformers reads them, and no model (`GGUFJudge.hf_model` dequantizes the GGUF when a path needs one)."""
+    transformers reads them (`gguf_transformers`: read once per state of the file), and no model
+    (`GGUFJudge.hf_model` dequantizes the GGUF when a path needs one)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model_dir is not None:
         if not (model_dir / "config.json").is_file():
             raise BadInput(f"--model {model_dir}: holds no config.json; pass the folder save_pretrained wrote")
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
         return model, AutoTokenizer.from_pretrained(str(model_dir)), model.config
-    kwargs = {"gguf_file": gguf.name}
-    config = AutoConfig.from_pretrained(str(gguf.parent), **kwargs)
-    return None, AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs), config
+    config, tokenizer = gguf_config_and_tokenizer(gguf)
+    return None, tokenizer, config
 
 
 def _dequantized(gguf: Path) -> Any:

@@ -5,9 +5,8 @@ it), while genguard asks a file only for its scalars (its type for the judgement
 chat template and hyperparameters for the conformance checks) and one small tensor: 20 reads cost the llama.cpp
 tests a fifth of their time. So the header is walked here, arrays stepped over by their lengths, with gguf-py's own
 tables (magic, versions, value types, the default alignment); `tests/engines/test_gguf_metadata.py` holds what it
-reads equal to ``GGUFReader``'s fields on files written by gguf-py's writer and by llama.cpp's tools. What is kept
-is keyed by the file's identity and state (device, inode, size, modification and change times: an edit in place, a
-copy over it or a new file under the name is another key); kept for the few files a process judges.
+reads equal to ``GGUFReader``'s fields on files written by gguf-py's writer and by llama.cpp's tools. It is kept per
+state of the file (`kept_files`) for the few files a process judges.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import mmap
 import struct
 import sys
-import time
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +22,10 @@ from typing import Any
 
 import gguf
 
+from pytest_genguard.engines.kept_files import KeptPerState
+
 __all__ = ["GGUFMetadata", "read_metadata"]
 
-RACY_NS = 2_000_000_000
-"""A file written this recently is parsed again at every read (as git treats a "racily clean" file): a write in the
-same tick of the file system's clock (a few milliseconds) as the one the kept state saw would leave its stat alone."""
 KEPT_FILES = 16
 """How many files' metadata a process keeps (a few hundred kilobytes each at most: no array is kept)."""
 ROPE_FREQS = "rope_freqs.weight"
@@ -50,29 +47,14 @@ class GGUFMetadata:
         return None if value is None else int(value)
 
 
-_KEPT: dict[Path, tuple[tuple[int, ...], GGUFMetadata]] = {}
+_KEPT: KeptPerState[GGUFMetadata] = KeptPerState(KEPT_FILES)
 
 
 def read_metadata(path: Path | str) -> GGUFMetadata:
-    """`path`'s metadata, parsed once per state of the file (another file under the name, or an edit, is read
-    again; a file written while it was read, or in the last `RACY_NS`, is not kept)."""
+    """`path`'s metadata, parsed once per state of the file (`kept_files`: another file under the name, or an edit,
+    is read again; a file written while it was read, or just now, is not kept)."""
     resolved = Path(path).resolve()
-    state = _state(resolved)
-    kept = _KEPT.get(resolved)
-    if kept is not None and kept[0] == state:
-        return kept[1]
-    metadata = _parse(resolved)
-    if _state(resolved) == state and time.time_ns() - max(state[3:]) > RACY_NS:
-        _KEPT.pop(resolved, None)
-        _KEPT[resolved] = (state, metadata)
-        while len(_KEPT) > KEPT_FILES:
-            del _KEPT[next(iter(_KEPT))]  # the first kept
-    return metadata
-
-
-def _state(path: Path) -> tuple[int, ...]:
-    st = path.stat()
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return _KEPT.get(resolved, lambda: _parse(resolved))
 
 
 _SCALARS = {  # GGUFValueType -> struct format (sizes as the GGUF spec and gguf-py's reader give them)

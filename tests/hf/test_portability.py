@@ -5,10 +5,12 @@ faults (EOS masked in the labels, a doubled learning rate, labels shifted by one
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +36,20 @@ GOLDEN = {
     ("t5", 7): "a949ba9ecb7c659349b9e106b1d362119b567bf94cb045758af1dd760acf3836",
 }
 
-HASHES = """
+FACTS = """
 import json
-from pytest_genguard.hf.tiny import tiny_model
-from pytest_genguard.hf.weights_hash import weights_hash
+from pytest_genguard.hf.cache import cache_key
 from pytest_genguard.hf.environment import cpu_capability
+from pytest_genguard.hf.finetune import cache_key_parts
+from pytest_genguard.hf.recipe import Recipe
+from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
+from pytest_genguard.hf.weights_hash import weights_hash
 hashes = {f"{a}/{s}": weights_hash(tiny_model(a, seed=s)) for a in ("gpt2", "llama", "t5") for s in (0, 7)}
-print(json.dumps({"capability": cpu_capability(), "hashes": hashes}))
+key = cache_key(cache_key_parts(Recipe.of("gpt2"), tiny_model("gpt2"), tiny_tokenizer()))
+print(json.dumps({"capability": cpu_capability(), "hashes": hashes, "key": key}))
 """
+"""What an interpreter under a kernel set finds: its kernel set, the tiny models' weights hashes, the fine-tuning cache
+key (one interpreter for all three: each start-up imports torch and transformers)."""
 
 
 def _python(code: str, kernel_set: str) -> Any:
@@ -50,31 +58,28 @@ def _python(code: str, kernel_set: str) -> Any:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def facts() -> Callable[[str], Any]:
+    """kernel set -> `FACTS` found under it (asked once per kernel set per process)."""
+    return functools.cache(lambda kernel_set: _python(FACTS, kernel_set))
+
+
 @pytest.mark.parametrize("kernel_set", params("default", "avx2", "avx512"))
-def test_tiny_models_are_bitwise_the_same_under_every_cpu_kernel_set(kernel_set: str) -> None:
-    found = _python(HASHES, kernel_set)
+def test_tiny_models_are_bitwise_the_same_under_every_cpu_kernel_set(
+    kernel_set: str, facts: Callable[[str], Any]
+) -> None:
+    found = facts(kernel_set)
     assert found["capability"] == {"default": "DEFAULT", "avx2": "AVX2", "avx512": "AVX512"}[kernel_set]
     assert found["hashes"] == {f"{a}/{s}": h for (a, s), h in GOLDEN.items()}
 
 
-KEY = """
-import json
-from pytest_genguard.hf.finetune import cache_key_parts
-from pytest_genguard.hf.cache import cache_key
-from pytest_genguard.hf.recipe import Recipe
-from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
-print(json.dumps(cache_key(cache_key_parts(Recipe.of("gpt2"), tiny_model("gpt2"), tiny_tokenizer()))))
-"""
-
-
-def test_the_fine_tuning_cache_key_names_the_cpu_kernel_set() -> None:
+def test_the_fine_tuning_cache_key_names_the_cpu_kernel_set(facts: Callable[[str], Any]) -> None:
     # Training amplifies the kernels' rounding: a model trained under AVX2 must not be served under the scalar kernels
     # (the same command would pass or fail depending on which kernel set filled the cache first).
     if not supported("avx2"):
         pytest.skip("this CPU cannot run the avx2 kernel set")
-    keys = {k: _python(KEY, k) for k in ("default", "avx2")}
-    assert keys["default"] != keys["avx2"]
-    assert _python(KEY, "avx2") == keys["avx2"]  # and nothing else about the run moves it
+    assert facts("default")["key"] != facts("avx2")["key"]
+    assert _python(FACTS, "avx2")["key"] == facts("avx2")["key"]  # another interpreter: nothing else about it moves it
 
 
 def test_the_portable_initialisation_keeps_the_standard_deviations_transformers_uses() -> None:
