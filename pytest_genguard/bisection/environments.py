@@ -62,9 +62,11 @@ _INSTALL_TIMEOUT_S = 900
 
 
 def cache_root() -> Path:
-    """`$GENGUARD_CACHE_DIR`, else the user cache dir: where genguard keeps what it builds outside pytest."""
+    """`$GENGUARD_CACHE_DIR` (``~`` expanded), else the user cache dir: where genguard keeps what it builds outside
+    pytest. The torch side's `hf.cache.default_cache_dir` makes the same decision (this tier may not import it:
+    `tests/hf/test_cache.py` holds the two equal)."""
     configured = os.environ.get(CACHE_ENV_VAR)
-    return Path(configured) if configured else Path(platformdirs.user_cache_dir("genguard"))
+    return Path(configured).expanduser() if configured else Path(platformdirs.user_cache_dir("genguard"))
 
 
 def find_uv() -> str:

@@ -167,6 +167,20 @@ def test_outside_pytest_the_cache_is_the_env_var_else_the_user_cache_dir(
     assert default_cache_dir() == Path(platformdirs.user_cache_dir("genguard"))
 
 
+@pytest.mark.parametrize("value", ["~/genguard-cache", "absolute", None])
+def test_bisect_keeps_its_environments_in_the_same_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: str | None
+) -> None:
+    from pytest_genguard.bisection.environments import cache_root
+
+    if value is None:
+        monkeypatch.delenv("GENGUARD_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("GENGUARD_CACHE_DIR", str(tmp_path) if value == "absolute" else value)
+    assert cache_root() == default_cache_dir()
+    assert "~" not in str(cache_root())  # a quoted ~ is the home folder, not a folder named ~ in the working directory
+
+
 @pytest.mark.parametrize("setup", ["ini", "pytest_cache", "no_cacheprovider"])
 def test_inside_pytest_the_cache_is_the_ini_dir_else_pytests_cache_else_the_env_var(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, setup: str
