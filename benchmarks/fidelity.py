@@ -74,65 +74,66 @@ def _table(label: str, model: Any, smoke: bool, informational: dict[str, str] | 
 
     tokenizer = gg.tiny_tokenizer()
     reference = q.reference_trace(model)
-    folder = q.save(model, Path(tempfile.mkdtemp(prefix="genguard-fidelity-")))
-    rows = [
-        "| candidate | preset | KLD mean | p90 | p99 | max | same top-1 | flips | verdict | bound, model | "
-        "bound, traces |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    expected_verdicts = missing = 0
-    candidates = [_candidates()[i] for i in (0, 4, 10)] if smoke else _candidates()
-    judged = len(candidates)
-    for name, preset, holds, make in candidates:
-        try:
-            candidate = make(model, folder)
-        except ImportError as exc:  # torchao or optimum-quanto not installed: pip install ".[quant]"
-            rows.append(f'| {name} | {preset} | not installed ({exc.name}): pip install ".[quant]" |')
-            missing += 1
-            continue
-        exact = gg.fidelity(candidate, tokenizer, reference, budget=preset, reference_model=model, probe=False)
-        bound = gg.fidelity(candidate, tokenizer, reference)
-        own = gg.record(candidate, tokenizer, [p.prompt for p in reference.prompts], max_new_tokens=24, top_k=5)
-        compared, _, _ = trace_fidelity(reference, own)
-        where = {(s.prompt, s.step) for s in compared}
-        same = [s for s in exact.steps if (s.prompt, s.step) in where]
-        traces = FidelityReport(tuple(compared)).metrics["kld_mean"]
-        exact_there = FidelityReport(tuple(same)).metrics["kld_mean"]
-        traces_text = f"{traces / max(exact_there, 1e-300):.0%} ({len(compared)} steps)"
-        m = exact.metrics
-        verdict = "holds" if exact.holds else "**fails**"
-        if name in (informational or {}):
-            verdict += " (not judged: see above)"
-            judged -= 1
-        else:
-            expected_verdicts += exact.holds is holds
-            verdict += "" if exact.holds is holds else " (unexpected)"
-        rows.append(
-            f"| {name} | {preset} | {m['kld_mean']:.2e} | {m['kld_p90']:.2e} | {m['kld_p99']:.2e} | "
-            f"{m['kld_max']:.2e} | {100 * m['top1_agreement']:.1f}% | {int(m['flips'])} | {verdict} | "
-            f"{bound.metrics['kld_mean'] / max(m['kld_mean'], 1e-300):.0%} | {traces_text} |"
+    with tempfile.TemporaryDirectory(prefix="genguard-fidelity-") as scratch:  # the saved copy goes with the table
+        folder = q.save(model, Path(scratch))
+        rows = [
+            "| candidate | preset | KLD mean | p90 | p99 | max | same top-1 | flips | verdict | bound, model | "
+            "bound, traces |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        expected_verdicts = missing = 0
+        candidates = [_candidates()[i] for i in (0, 4, 10)] if smoke else _candidates()
+        judged = len(candidates)
+        for name, preset, holds, make in candidates:
+            try:
+                candidate = make(model, folder)
+            except ImportError as exc:  # torchao or optimum-quanto not installed: pip install ".[quant]"
+                rows.append(f'| {name} | {preset} | not installed ({exc.name}): pip install ".[quant]" |')
+                missing += 1
+                continue
+            exact = gg.fidelity(candidate, tokenizer, reference, budget=preset, reference_model=model, probe=False)
+            bound = gg.fidelity(candidate, tokenizer, reference)
+            own = gg.record(candidate, tokenizer, [p.prompt for p in reference.prompts], max_new_tokens=24, top_k=5)
+            compared, _, _ = trace_fidelity(reference, own)
+            where = {(s.prompt, s.step) for s in compared}
+            same = [s for s in exact.steps if (s.prompt, s.step) in where]
+            traces = FidelityReport(tuple(compared)).metrics["kld_mean"]
+            exact_there = FidelityReport(tuple(same)).metrics["kld_mean"]
+            traces_text = f"{traces / max(exact_there, 1e-300):.0%} ({len(compared)} steps)"
+            m = exact.metrics
+            verdict = "holds" if exact.holds else "**fails**"
+            if name in (informational or {}):
+                verdict += " (not judged: see above)"
+                judged -= 1
+            else:
+                expected_verdicts += exact.holds is holds
+                verdict += "" if exact.holds is holds else " (unexpected)"
+            rows.append(
+                f"| {name} | {preset} | {m['kld_mean']:.2e} | {m['kld_p90']:.2e} | {m['kld_p99']:.2e} | "
+                f"{m['kld_max']:.2e} | {100 * m['top1_agreement']:.1f}% | {int(m['flips'])} | {verdict} | "
+                f"{bound.metrics['kld_mean'] / max(m['kld_mean'], 1e-300):.0%} | {traces_text} |"
+            )
+        steps = int(sum(len(p.steps) for p in reference.prompts))
+        covered = gg.fidelity(model, tokenizer, reference).metrics["covered_mean"]
+        presets = "; ".join(str(PRESETS[name]) for name in PRESETS)
+        return Result(
+            key="fidelity",
+            figure=f"fidelity presets on real quantizers, {label}",
+            target="each correct quantization holds its preset, each bug fails it",
+            spread=None,
+            unit="",
+            headline=f"{expected_verdicts}/{judged - missing} verdicts as expected"
+            + (f" ({missing} quantizers not installed)" if missing else "")
+            + (f" ({len(candidates) - judged} rows not judged)" if judged < len(candidates) else ""),
+            met=expected_verdicts == judged - missing,
+            notes=[f"{steps} reference steps; the recorded top-5 covers {100 * covered:.1f}% of the reference's mass"],
+            details=[
+                f"Presets: {presets}.",
+                *[f"Not judged here: {name}: {why}." for name, why in (informational or {}).items()],
+                "",
+                *(f" {row}" for row in rows),  # indented: the summary table is the only one whose rows start with "| "
+            ],
         )
-    steps = int(sum(len(p.steps) for p in reference.prompts))
-    covered = gg.fidelity(model, tokenizer, reference).metrics["covered_mean"]
-    presets = "; ".join(str(PRESETS[name]) for name in PRESETS)
-    return Result(
-        key="fidelity",
-        figure=f"fidelity presets on real quantizers, {label}",
-        target="each correct quantization holds its preset, each bug fails it",
-        spread=None,
-        unit="",
-        headline=f"{expected_verdicts}/{judged - missing} verdicts as expected"
-        + (f" ({missing} quantizers not installed)" if missing else "")
-        + (f" ({len(candidates) - judged} rows not judged)" if judged < len(candidates) else ""),
-        met=expected_verdicts == judged - missing,
-        notes=[f"{steps} reference steps; the recorded top-5 covers {100 * covered:.1f}% of the reference's mass"],
-        details=[
-            f"Presets: {presets}.",
-            *[f"Not judged here: {name}: {why}." for name, why in (informational or {}).items()],
-            "",
-            *(f" {row}" for row in rows),  # indented: the summary table is the only one whose rows start with "| "
-        ],
-    )
 
 
 def _padded(reference: Any) -> tuple[Any, Any]:
