@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -77,18 +79,21 @@ def free_port() -> int:
 
 @dataclass
 class VLLMServer:
-    """One running server: its URL, its process and its log."""
+    """One running server: its URL, its process, its log, and the folder of its processes' ZeroMQ sockets."""
 
     url: str
     process: subprocess.Popen[bytes] | None
     log: Path
     args: tuple[str, ...]
+    sockets: Path | None = None
 
     def stop(self) -> None:
-        """Stop the server's process group (the API server and the engine process it forks); one not started here
-        is not ours to stop."""
+        """Stop the server's process group (the API server and the engine process it forks), then remove its
+        sockets' folder; one not started here is not ours to stop."""
         if self.process is not None:
             stop_group(self.process)
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log, lines)
@@ -159,6 +164,9 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
         *(() if "--dtype" in extra else ("--dtype", "float32")),
         *extra,
     )
+    # Its processes talk over ZeroMQ IPC sockets, a file each in VLLM_RPC_BASE_PATH (default: /tmp, where a stopped
+    # server leaves them: about 60 a CI run). Short, for the 107-byte limit of a socket's path.
+    sockets = Path(tempfile.mkdtemp(prefix="genguard-vllm-"))
     env = dict(os.environ)
     env.update(
         {
@@ -170,6 +178,7 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
             "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
             "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache: the batch-variance test's cold rounds
+            "VLLM_RPC_BASE_PATH": str(sockets),
         }
     )
     log = log_dir / f"vllm-{name}-{port}.log"
@@ -181,12 +190,17 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
             env=env,
             start_new_session=True,  # its own process group: stopped as a whole, never by name
         )
-    return VLLMServer(f"http://127.0.0.1:{port}", process, log, args)
+    return VLLMServer(f"http://127.0.0.1:{port}", process, log, args, sockets)
 
 
 def wait(server: VLLMServer, timeout: float = START_TIMEOUT) -> VLLMServer:
-    """`server` once it answers ``/health``; `ServerStartError` with its log's end when it exits or times out."""
-    wait_healthy(server.url, server.process, server.log, name="vLLM", timeout=timeout, interval=2)
+    """`server` once it answers ``/health``; `ServerStartError` with its log's end when it exits or times out (the
+    server stopped)."""
+    try:
+        wait_healthy(server.url, server.process, server.log, name="vLLM", timeout=timeout, interval=2)
+    except ServerStartError:
+        server.stop()
+        raise
     return server
 
 
