@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-__all__ = ["RACY_NS", "KeptPerState", "file_state"]
+__all__ = ["RACY_NS", "KeptPerState"]
 
 T = TypeVar("T")
 
@@ -24,7 +24,7 @@ same tick of the file system's clock (a few milliseconds) as the one the kept st
 State = tuple[tuple[int, ...], ...]
 
 
-def file_state(path: Path) -> tuple[int, ...]:
+def _file_state(path: Path) -> tuple[int, ...]:
     """`path`'s identity and state: device, inode, size, modification and change times (nanoseconds)."""
     st = path.stat()
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
@@ -41,18 +41,15 @@ class KeptPerState(Generic[T]):
         """`read()`'s value for `path` as it is now (and `also`: other files or folders the value depends on): kept
         while their states stay; not kept when one changed while it was read or within the last `RACY_NS`."""
         paths = (path, *also)
-        state = tuple(file_state(p) for p in paths)
+        state = tuple(_file_state(p) for p in paths)
         kept = self._kept.get(path)
         if kept is not None and kept[0] == state:
             return kept[1]
         value = read()
         newest = max(max(s[3:]) for s in state)
-        if tuple(file_state(p) for p in paths) == state and time.time_ns() - newest > RACY_NS:
+        if tuple(_file_state(p) for p in paths) == state and time.time_ns() - newest > RACY_NS:
             self._kept.pop(path, None)
             self._kept[path] = (state, value)
             while len(self._kept) > self.size:
                 del self._kept[next(iter(self._kept))]  # the first kept
         return value
-
-    def clear(self) -> None:
-        self._kept.clear()
