@@ -5,7 +5,8 @@ running server against snapshots (`genguard check-server`, exit codes in `pytest
 `genguard fidelity` says how far a candidate trace is from a reference trace (the KLD lower bound of
 `pytest_genguard.core.fidelity`) and judges it by a budget.
 
-One module per subcommand (`show`, `diff`, `fidelity`, `report`, `bisect_command`, `check_server`, `check_gguf`),
+One module per subcommand (`show`, `diff`, `fidelity`, `report`, `bisect_command`, `check_server`, `check_gguf`,
+`gate`),
 each with `add_arguments(parser)` and `run(args)`; `inputs` holds what they share. This module only wires them, from
 one table (`SUBCOMMANDS`: each subcommand's module and help line), and imports a subcommand's module only when that
 subcommand runs: `genguard show` reads one JSON file, and loads neither the HTTP side nor the engines to do it
@@ -67,6 +68,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "unproven)",
     ),
     "report": Subcommand("pytest_genguard.cli.report", "render every trace under a folder into one HTML file"),
+    "gate": Subcommand(
+        "pytest_genguard.cli.gate",
+        "build the project's gate image and run its decoding tests in it (exit 0 passed, 1 failed, 2 could not run)",
+    ),
 }
 """Each subcommand by name, in the order `genguard --help` lists them."""
 
