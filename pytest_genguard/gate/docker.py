@@ -54,13 +54,15 @@ def base_probe_script() -> str:
 
 
 class Docker:
-    """The docker command line, with the environment the gate needs (DOCKER_HOST and the rest as the caller has them)."""
+    """The docker command line, in the environment the gate needs (DOCKER_HOST and the rest as the caller has it)."""
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = {**(env if env is not None else os.environ), **_ENV}
         self.exe = shutil.which("docker", path=self.env.get("PATH"))
 
-    def _run(self, argv: Sequence[str], timeout: float = _QUICK_S, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    def _run(
+        self, argv: Sequence[str], timeout: float = _QUICK_S, **kwargs: object
+    ) -> subprocess.CompletedProcess[str]:
         assert self.exe is not None
         return subprocess.run(  # type: ignore[call-overload, no-any-return]
             [self.exe, *argv], env=self.env, capture_output=True, text=True, timeout=timeout, check=False, **kwargs
@@ -94,7 +96,7 @@ class Docker:
             reason = " ".join((done.stderr.strip().splitlines() or ["no output"])[-3:])
             if gpu and ("capabilities: [[gpu]]" in reason or "nvidia" in reason.lower()):
                 raise GateError(f"--gpu: docker cannot give a container a GPU here ({reason}): {NO_GPU_FIX}")
-            if "executable file not found" in reason or "exec: \"python\"" in reason:
+            if "executable file not found" in reason or 'exec: "python"' in reason:
                 raise GateError(f"the base image {image} has no `python` on PATH ({reason}): {_BASE_FIX}")
             raise GateError(
                 f"could not run the base image {image} ({reason}): pull it (docker pull {image}), or pass --base a "
@@ -102,7 +104,9 @@ class Docker:
             )
         info = json.loads(line.split(" ", 1)[1])
         if info["torch"] is None:
-            raise GateError(f"the base image {image} has no torch installed (its Python is {info['python']}): {_BASE_FIX}")
+            raise GateError(
+                f"the base image {image} has no torch installed (its Python is {info['python']}): {_BASE_FIX}"
+            )
         if gpu and not info.get("cuda"):
             raise GateError(
                 f"--gpu: the base image {image} has a CPU-only torch ({info['torch']}, torch.version.cuda None): pass "

@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 DEFAULT_BASE = (
-    "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4"
+    "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime"
+    "@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4"
 )
 CONTEXT_DIR = ".genguard-gate"
 """The folder of the build context genguard gate writes: requirements.txt, no-deps.txt, wheels/, genguard/."""
@@ -105,7 +106,7 @@ def _package_layers(project: Project) -> str:
         )
     if project.install == (".",):
         text = (
-            "\n# The project, installed editable without its dependencies (above); a source change rebuilds from here.\n"
+            "\n# The project, installed editable without its dependencies (above): a source change rebuilds here.\n"
             f"COPY {_OWNER} . /workspace\n" + _INSTALL + _USER
         )
         if project.prepare:
@@ -114,8 +115,8 @@ def _package_layers(project: Project) -> str:
     files = [p for p in project.install if not (project.root / p).is_dir()]
     folders = [p for p in project.install if (project.root / p).is_dir()]
     text = (
-        "\n# The package alone, installed editable without its dependencies (above): a change to the tests or the docs\n"
-        f"# reuses these layers. [tool.genguard.gate] install: {', '.join(project.install)}\n"
+        "\n# The package alone, installed editable without its dependencies (above): a change to the tests or the\n"
+        f"# docs reuses these layers. [tool.genguard.gate] install: {', '.join(project.install)}\n"
     )
     if files:
         text += f"COPY {_OWNER} {' '.join(files)} /workspace/\n"

@@ -9,8 +9,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
-__all__ = ["GPU_SKIP", "Verdict", "node_id", "read_verdict"]
+__all__ = ["GPU_SKIP", "Verdict", "node_id", "read_verdict", "report_verdict"]
 
 GPU_SKIP = "genguard_gpu test: needs CUDA"
 """The plugin's reason for skipping a `genguard_gpu` test without `--genguard-gpu` (pytest_genguard/plugin)."""
@@ -79,3 +80,23 @@ def read_verdict(junit: Path, device: str, root: Path) -> Verdict:
         else:
             verdict.passed += 1
     return verdict
+
+
+def report_verdict(junit: Path, device: str, root: Path, out: IO[str]) -> bool:
+    """Print the verdict of `junit` to `out`, each test that fails the gate named; whether the gate passed."""
+    if not junit.is_file():
+        print(f"genguard gate: FAILED: the gate wrote no JUnit XML ({junit}): it did not run", file=out)
+        return False
+    verdict = read_verdict(junit, device, root)
+    print(f"genguard gate: {verdict.summary()} on the {device.upper()}", file=out)
+    for label, nodes in verdict.problems():
+        print(f"genguard gate: FAILED: {len(nodes)} {label}:", *nodes, sep="\n  ", file=out)
+    if verdict.tests == 0:
+        print(
+            "genguard gate: FAILED: no tests ran: name them in [tool.pytest.ini_options] testpaths, "
+            "[tool.genguard.gate] args or after --",
+            file=out,
+        )
+    elif verdict.passed == 0:
+        print(f"genguard gate: FAILED: no test passed ({junit})", file=out)
+    return verdict.ok

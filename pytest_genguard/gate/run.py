@@ -25,9 +25,9 @@ from pytest_genguard.gate.context import DockerIgnore, write_context
 from pytest_genguard.gate.docker import Docker
 from pytest_genguard.gate.dockerfile import ARTIFACTS, CONTEXT_DIR, DEFAULT_BASE, JUNIT, REPORT, cpu_command, render
 from pytest_genguard.gate.errors import GateError
-from pytest_genguard.gate.junit import read_verdict
+from pytest_genguard.gate.junit import report_verdict
 from pytest_genguard.gate.project import Project, has_tests, load_project, selected_paths
-from pytest_genguard.gate.wheelhouse import BaseInfo, genguard_wheel, make_wheelhouse, wheel_requirements
+from pytest_genguard.gate.wheelhouse import BaseInfo, genguard_wheel, make_wheelhouse, prune, wheel_requirements
 
 __all__ = ["HF_CACHE_MOUNT", "OUTPUTS", "GateOptions", "cache_dir", "run_gate"]
 
@@ -74,7 +74,9 @@ def _writable_artifacts(folder: Path) -> Path:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".genguard-gate-write-test."):
             pass
     except OSError as exc:
-        raise GateError(f"--artifacts {folder}: not a folder this user can write to ({exc.strerror}): name another") from None
+        raise GateError(
+            f"--artifacts {folder}: not a folder this user can write to ({exc.strerror}): name another"
+        ) from None
     for name in OUTPUTS:
         (folder / name).unlink(missing_ok=True)
     return folder.resolve()
@@ -89,13 +91,20 @@ def _mounts(options: GateOptions) -> list[str]:
         argv += ["--volume", f"{absolute}:{absolute}:ro"]
     if options.hf_cache is not None:
         if not options.hf_cache.is_dir():
-            raise GateError(f"--hf-cache {options.hf_cache}: no such folder (a Hugging Face cache: ~/.cache/huggingface/hub)")
-        argv += ["--volume", f"{options.hf_cache.resolve()}:{HF_CACHE_MOUNT}:ro", "--env", f"HF_HUB_CACHE={HF_CACHE_MOUNT}"]
+            raise GateError(
+                f"--hf-cache {options.hf_cache}: no such folder (a Hugging Face cache: ~/.cache/huggingface/hub)"
+            )
+        argv += [
+            "--volume",
+            f"{options.hf_cache.resolve()}:{HF_CACHE_MOUNT}:ro",
+            "--env",
+            f"HF_HUB_CACHE={HF_CACHE_MOUNT}",
+        ]
     return argv
 
 
 def _check_python(base: BaseInfo) -> None:
-    host = "%d.%d" % sys.version_info[:2]
+    host = "{}.{}".format(*sys.version_info[:2])
     if base.python != host:
         raise GateError(
             f"the base image {base.image} has Python {base.python} and genguard gate runs on Python {host}: the host's "
@@ -104,8 +113,8 @@ def _check_python(base: BaseInfo) -> None:
         )
     if base.machine != platform.machine():
         raise GateError(
-            f"the base image {base.image} is {base.machine} and this machine {platform.machine()}: the host's pip makes "
-            "the wheels for this machine; pass --pip-index to let pip inside the build reach the package index"
+            f"the base image {base.image} is {base.machine} and this machine {platform.machine()}: the host's pip "
+            "makes the wheels for this machine; pass --pip-index to let pip inside the build reach the package index"
         )
 
 
@@ -134,10 +143,11 @@ def _build(options: GateOptions, project: Project, base: BaseInfo, artifacts: Pa
             requires = wheel_requirements(wheel)
             _say(f"genguard in the image: {wheel.name}")
         house = make_wheelhouse(project, requires, base, cache, fetch=not options.pip_index)
-        _say(
-            f"test requirements ({project.chosen_by}): {house.pins} pinned, {house.wheels} wheels "
-            f"({'from the index inside the build' if options.pip_index else 'made by the host pip: no network in the build'})"
+        prune(cache, keep=[house.folder])
+        where = (
+            "from the index inside the build" if options.pip_index else "made by the host pip: no network in the build"
         )
+        _say(f"test requirements ({project.chosen_by}): {house.pins} pinned, {house.wheels} wheels ({where})")
         for path in sorted(house.folder.rglob("*")):
             if path.is_file():
                 _link(path, generated / path.relative_to(house.folder))
@@ -181,25 +191,6 @@ def _command(config: dict[str, object], tag: str, options: GateOptions) -> list[
     return [*command, *options.pytest_args]
 
 
-def _report(junit: Path, device: str, root: Path, out: IO[str]) -> bool:
-    if not junit.is_file():
-        print(f"genguard gate: FAILED: the gate wrote no JUnit XML ({junit}): it did not run", file=out)
-        return False
-    verdict = read_verdict(junit, device, root)
-    print(f"genguard gate: {verdict.summary()} on the {device.upper()}", file=out)
-    for label, nodes in verdict.problems():
-        print(f"genguard gate: FAILED: {len(nodes)} {label}:", *nodes, sep="\n  ", file=out)
-    if verdict.tests == 0:
-        print(
-            "genguard gate: FAILED: no tests ran: name them in [tool.pytest.ini_options] testpaths, "
-            "[tool.genguard.gate] args or after --",
-            file=out,
-        )
-    elif verdict.passed == 0:
-        print(f"genguard gate: FAILED: no test passed ({junit})", file=out)
-    return verdict.ok
-
-
 def run_gate(options: GateOptions, docker: Docker | None = None) -> int:
     """Build and run the gate; 0 only when it passed (pytest passed, its JUnit XML names no failure, error or
     unexplained skip, the HTML report written), 1 when it did not."""
@@ -237,7 +228,7 @@ def run_gate(options: GateOptions, docker: Docker | None = None) -> int:
             _say(f"the container left no {ARTIFACTS}")
     finally:
         docker.remove(container)
-    passed = _report(artifacts / Path(JUNIT).name, device, project.root, sys.stdout)
+    passed = report_verdict(artifacts / Path(JUNIT).name, device, project.root, sys.stdout)
     if not (artifacts / Path(REPORT).name).is_file():
         print("genguard gate: FAILED: the gate wrote no HTML report", flush=True)
         passed = False

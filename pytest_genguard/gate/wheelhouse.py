@@ -22,23 +22,34 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
-import pytest_genguard
 from pytest_genguard.gate.errors import GateError
 from pytest_genguard.gate.project import GENGUARD, Project, canonical, requirement_name
 
-__all__ = ["BaseInfo", "Wheelhouse", "genguard_wheel", "make_wheelhouse", "wheel_requirements"]
+__all__ = [
+    "BaseInfo",
+    "Wheelhouse",
+    "genguard_wheel",
+    "kept_items",
+    "make_wheelhouse",
+    "prune",
+    "repacked_wheel",
+    "wheel_requirements",
+]
 
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 _NOT_REPACKED = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
 _PIP_TIMEOUT_S = 1800
+_KEEP_UNUSED_S = 7 * 24 * 3600
 _SOURCE_FILES = ("pyproject.toml", "README.md", "LICENSE", "LICENSE.txt", "MANIFEST.in", "setup.py", "setup.cfg")
 
 
@@ -88,7 +99,7 @@ def _digest(parts: object) -> str:
 
 def _source_root() -> Path | None:
     """The source checkout the running genguard is imported from (an editable install or PYTHONPATH), if any."""
-    root = Path(pytest_genguard.__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the folder above the package this module belongs to
     pyproject = root / "pyproject.toml"
     if pyproject.is_file() and re.search(r'^name\s*=\s*"pytest-genguard"', pyproject.read_text("utf-8"), re.M):
         return root
@@ -104,6 +115,7 @@ def _source_wheel(root: Path, cache: Path) -> Path:
     with FileLock(str(folder) + ".lock"):
         built = sorted(folder.glob("*.whl"))
         if built:
+            folder.touch()
             return built[0]
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             source = Path(tmp) / "source"
@@ -119,15 +131,15 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def _repacked_wheel(out: Path) -> Path:
-    """The installed genguard's files, as its wheel put them (checked against its RECORD), packed into a wheel again."""
-    dist = metadata.distribution(GENGUARD)
+def repacked_wheel(dist: metadata.Distribution, out: Path) -> Path:
+    """An installed distribution's files, as its wheel put them (checked against its RECORD), packed into a wheel
+    again (pure Python: `py3-none-any`); the scripts pip wrote and pip's own records left out."""
     entries = [f for f in dist.files or [] if not f.parts[0].startswith("..") and "__pycache__" not in f.parts]
     info_dir = next((f.parts[0] for f in entries if f.parts[0].endswith(".dist-info")), None)
     if info_dir is None:
-        raise GateError(f"the installed {GENGUARD} has no dist-info listing its files: reinstall it")
+        raise GateError(f"the installed {dist.metadata['Name']} has no dist-info listing its files: reinstall it")
     out.mkdir(parents=True, exist_ok=True)
-    wheel = out / f"pytest_genguard-{dist.version}-py3-none-any.whl"
+    wheel = out / f"{info_dir.removesuffix('.dist-info')}-py3-none-any.whl"
     record: list[tuple[str, str, str]] = []
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as zf:
         for entry in sorted(entries, key=lambda f: (f.parts[0] == info_dir, str(f))):
@@ -136,8 +148,8 @@ def _repacked_wheel(out: Path) -> Path:
             data = Path(str(entry.locate())).read_bytes()
             if entry.hash is not None and _record_hash(data) != f"{entry.hash.mode}={entry.hash.value}":
                 raise GateError(
-                    f"{entry.locate()}: the installed genguard's file differs from what its wheel installed: "
-                    f"reinstall genguard (pip install --force-reinstall --no-deps ...)"
+                    f"{entry.locate()}: the installed file differs from what {dist.metadata['Name']}'s wheel installed "
+                    "(its RECORD): reinstall it (pip install --force-reinstall --no-deps ...)"
                 )
             zf.writestr(zipfile.ZipInfo(str(entry), _ZIP_TIME), data)
             record.append((str(entry), _record_hash(data), str(len(data))))
@@ -155,7 +167,7 @@ def genguard_wheel(cache: Path, out: Path) -> Path:
     if root is not None:
         built = _source_wheel(root, cache)
         return Path(shutil.copy2(built, out / built.name))
-    return _repacked_wheel(out)
+    return repacked_wheel(metadata.distribution(GENGUARD), out)
 
 
 def wheel_requirements(wheel: Path) -> list[str]:
@@ -167,7 +179,7 @@ def wheel_requirements(wheel: Path) -> list[str]:
     return [r for r in found if "extra ==" not in r.replace('"', "'").replace("extra==", "extra ==")]
 
 
-def _resolve(project: Project, extra: Sequence[str], base: BaseInfo, tmp: Path) -> list[dict[str, object]]:
+def _resolve(project: Project, extra: Sequence[str], base: BaseInfo, tmp: Path) -> list[dict[str, Any]]:
     """pip's installation report for the project's requirements (metadata only), torch constrained to the base's."""
     requested = [r for r in [*project.requirements, *extra, *project.build_requirements] if requirement_name(r)]
     requested = [r for r in requested if requirement_name(r) not in {GENGUARD, project.name}]
@@ -177,16 +189,18 @@ def _resolve(project: Project, extra: Sequence[str], base: BaseInfo, tmp: Path) 
     argv += ["--constraint", str(tmp / "constraints.txt"), "--requirement", str(tmp / "requirements.in")]
     for name in project.requirement_files:
         argv += ["--requirement", str(project.root / name)]
-    _run_pip(argv, f"resolving {project.name or project.root.name}'s test requirements ({project.chosen_by})", project.root)
+    _run_pip(
+        argv, f"resolving {project.name or project.root.name}'s test requirements ({project.chosen_by})", project.root
+    )
     report = json.loads((tmp / "report.json").read_text(encoding="utf-8"))
-    items: list[dict[str, object]] = report["install"]
+    items: list[dict[str, Any]] = report["install"]
     return items
 
 
-def _kept(items: list[dict[str, object]], project: Project) -> list[dict[str, object]]:
+def kept_items(items: list[dict[str, Any]], project: Project) -> list[dict[str, Any]]:
     """The items reachable from what was asked for without passing through torch (torch and what only it needs are
     the base's), less the project and genguard."""
-    by_name = {canonical(str(item["metadata"]["name"])): item for item in items}  # type: ignore[index]
+    by_name = {canonical(str(item["metadata"]["name"])): item for item in items}
     skip = {"torch", GENGUARD, project.name}
     pending = [name for name, item in by_name.items() if item.get("requested") and name not in skip]
     reached: set[str] = set()
@@ -195,7 +209,7 @@ def _kept(items: list[dict[str, object]], project: Project) -> list[dict[str, ob
         if name in reached or name in skip or name not in by_name:
             continue
         reached.add(name)
-        requires = by_name[name]["metadata"].get("requires_dist", [])  # type: ignore[union-attr]
+        requires = by_name[name]["metadata"].get("requires_dist", [])
         pending += [requirement_name(r) for r in requires]
     return [by_name[name] for name in sorted(reached)]
 
@@ -223,8 +237,8 @@ def make_wheelhouse(
         if not (folder / "requirements.txt").is_file():
             with tempfile.TemporaryDirectory(dir=cache) as name:
                 tmp = Path(name)
-                kept = _kept(_resolve(project, genguard_requires, base, tmp), project)
-                pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in kept]  # type: ignore[index]
+                kept = kept_items(_resolve(project, genguard_requires, base, tmp), project)
+                pins = [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in kept]
                 house = tmp / "house"
                 (house / "wheels").mkdir(parents=True)
                 (house / "no-deps.txt").write_text("".join(f"{r}\n" for r in project.no_deps), encoding="utf-8")
@@ -234,7 +248,7 @@ def make_wheelhouse(
                     wanted = [
                         pin
                         for pin, item in zip(pins, kept, strict=True)
-                        if (canonical(str(item["metadata"]["name"])), str(item["metadata"]["version"])) not in in_base  # type: ignore[index]
+                        if (canonical(str(item["metadata"]["name"])), str(item["metadata"]["version"])) not in in_base
                         or requirement_name(pin) in build
                     ]
                     for batch, what in ((wanted, "the wheels of the test requirements"), (project.no_deps, "no-deps")):
@@ -243,7 +257,24 @@ def make_wheelhouse(
                             _run_pip(argv, f"fetching {what}", project.root)
                 (house / "requirements.txt").write_text("".join(f"{p}\n" for p in pins), encoding="utf-8")
                 house.rename(folder)
-    return Wheelhouse(folder, pins=len(read_lines(folder / "requirements.txt")), wheels=len(list(folder.glob("wheels/*"))))
+        folder.touch()
+    return Wheelhouse(
+        folder, pins=len(read_lines(folder / "requirements.txt")), wheels=len(list(folder.glob("wheels/*")))
+    )
+
+
+def prune(cache: Path, keep: Sequence[Path]) -> None:
+    """Wheelhouses and genguard wheels unused for a week removed (each run touches what it uses), unless a run holds
+    one's lock."""
+    now = time.time()
+    for folder in [*cache.glob("wheelhouse-*"), *cache.glob("genguard-*")]:
+        if folder in keep or not folder.is_dir() or now - folder.stat().st_mtime < _KEEP_UNUSED_S:
+            continue
+        try:
+            with FileLock(str(folder) + ".lock", timeout=0):
+                shutil.rmtree(folder, ignore_errors=True)
+        except Timeout:
+            continue
 
 
 def read_lines(path: Path) -> list[str]:

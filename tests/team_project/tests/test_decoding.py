@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import acme_chat
 import pytest
 
-import acme_chat
 import pytest_genguard
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):"]
