@@ -1,5 +1,5 @@
-"""The build context genguard gate sends to docker: the project's files less what its `.dockerignore` leaves out, and
-the gate's own folder (`.genguard-gate/`: the Dockerfile, the pinned requirements, the wheels, genguard's wheel),
+"""The build context genguard gate sends to docker: the project's files less what its `.dockerignore` leaves out (and
+less `.git`, always), and the gate's own folder (`.genguard-gate/`: the Dockerfile, the pinned requirements, the wheels, genguard's wheel),
 written as one tar stream so that nothing is written into the project.
 
 `.dockerignore` is read as docker reads it (moby's patternmatcher): `*` and `?` within one path segment, `**` across
@@ -19,9 +19,12 @@ from pathlib import Path
 
 from pytest_genguard.gate.dockerfile import CONTEXT_DIR
 
-__all__ = ["DockerIgnore", "context_files", "write_context"]
+__all__ = ["ALWAYS_LEFT_OUT", "DockerIgnore", "context_files", "write_context"]
 
 _SPECIAL = set(".+()|{}$^")
+ALWAYS_LEFT_OUT = (".git", CONTEXT_DIR)
+"""Never sent, whatever .dockerignore says: the repository (a checkout may hold a CI token in .git/config, and the
+image needs no history) and a folder of the project's that is named as the gate's own."""
 
 
 def _regex(pattern: str) -> re.Pattern[str]:
@@ -95,7 +98,7 @@ class DockerIgnore:
 
 def context_files(root: Path, ignore: DockerIgnore, also_ignored: Sequence[Path] = ()) -> Iterator[str]:
     """The project's paths (relative, slash-separated, folders too) that go into the context, sorted."""
-    skip = {p.resolve() for p in also_ignored} | {(root / CONTEXT_DIR).resolve()}
+    skip = {p.resolve() for p in also_ignored} | {(root / name).resolve() for name in ALWAYS_LEFT_OUT}
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
         dirs.sort()

@@ -51,6 +51,7 @@ def test_the_context_is_the_project_less_the_ignored_and_the_artifacts_plus_the_
         ".venv/lib/site.py",
         "gate-artifacts/junit.xml",
         ".genguard-gate/stale.txt",
+        ".git/config",
         ".dockerignore",
     )
     (root / ".dockerignore").write_text(".venv\n", encoding="utf-8")
@@ -76,6 +77,7 @@ def test_the_context_is_the_project_less_the_ignored_and_the_artifacts_plus_the_
     assert all(m.mtime == 0 for m in generated_members)  # the same wheels give the same layer
     assert all(m.uid == 0 and m.uname == "" for m in members.values())
     assert not (root / ".genguard-gate" / "Dockerfile").exists()  # nothing written into the project
+    # .git never goes, whatever .dockerignore says: a checkout's .git/config may hold a CI token.
 
 
 def test_an_exception_below_an_ignored_folder_is_found(tmp_path: Path) -> None:
