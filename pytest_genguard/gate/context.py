@@ -1,6 +1,6 @@
 """The build context genguard gate sends to docker: the project's files less what its `.dockerignore` leaves out (and
-less `.git`, always), and the gate's own folder (`.genguard-gate/`: the Dockerfile, the pinned requirements, the wheels, genguard's wheel),
-written as one tar stream so that nothing is written into the project.
+less `.git`, always), and the gate's own folder (`.genguard-gate/`: the Dockerfile, the pinned requirements, the
+wheels, genguard's wheel), written as one tar stream so that nothing is written into the project.
 
 `.dockerignore` is read as docker reads it (moby's patternmatcher): `*` and `?` within one path segment, `**` across
 any number of them, a pattern that matches a folder matches everything under it, `!` re-includes, the last matching

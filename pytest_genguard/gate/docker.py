@@ -169,6 +169,12 @@ class Docker:
     def copy_out(self, container: str, source: str, target: Path) -> bool:
         return self._run(["cp", f"{container}:{source}", str(target)]).returncode == 0
 
+    def changes(self, container: str) -> list[tuple[str, str]]:
+        """(kind, path) of what a stopped container changed in its file system (`docker diff`: A added, C changed,
+        D deleted)."""
+        done = self._run(["diff", container])
+        return [(line[0], line[2:]) for line in done.stdout.splitlines() if len(line) > 2 and line[1] == " "]
+
     def remove(self, container: str) -> None:
         self._run(["rm", "--force", container])
 

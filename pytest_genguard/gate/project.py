@@ -177,11 +177,8 @@ def _testpaths(data: dict[str, Any], root: Path) -> tuple[str, ...]:
     return ()
 
 
-def load_project(
-    root: Path, *, extras: Sequence[str] = (), requirement_files: Sequence[str] = (), args: Sequence[str] = ()
-) -> Project:
-    """The project in `root`, its test requirements chosen as the module says; `args` (after `--`) replace the
-    configured selection."""
+def load_project(root: Path, *, extras: Sequence[str] = (), requirement_files: Sequence[str] = ()) -> Project:
+    """The project in `root`, its test requirements chosen as the module says."""
     if not root.is_dir():
         raise GateError(f"{root}: no such folder: run genguard gate in the project's root, or pass --project DIR")
     data = _read_pyproject(root)
@@ -233,7 +230,7 @@ def load_project(
         build_requirements=build,
         chosen_by=how,
         no_deps=_strings(config, "no-deps", where_config),
-        args=tuple(args) or _strings(config, "args", where_config),
+        args=_strings(config, "args", where_config),
         install=install,
         prepare=prepare,
         testpaths=_testpaths(data, root),

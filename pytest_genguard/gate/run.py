@@ -32,6 +32,10 @@ from pytest_genguard.gate.wheelhouse import BaseInfo, genguard_wheel, make_wheel
 __all__ = ["HF_CACHE_MOUNT", "OUTPUTS", "GateOptions", "cache_dir", "run_gate"]
 
 OUTPUTS = ("junit.xml", "genguard-report.html", "gate-output.txt", "gate-build.txt")
+UPDATED = "updated"
+"""The folder of the artifacts that a recording run's new snapshot files are copied to (`--snapshot-update`)."""
+RECORDING_FLAGS = ("--snapshot-update", "--genguard-update-stale")
+SNAPSHOT_FOLDERS = ("__snapshots__", "__genguard_baselines__")
 HF_CACHE_MOUNT = "/hf-cache"
 CACHE_ENV_VAR = "GENGUARD_CACHE_DIR"
 
@@ -79,6 +83,7 @@ def _writable_artifacts(folder: Path) -> Path:
         ) from None
     for name in OUTPUTS:
         (folder / name).unlink(missing_ok=True)
+    shutil.rmtree(folder / UPDATED, ignore_errors=True)
     return folder.resolve()
 
 
@@ -178,6 +183,26 @@ def _build(options: GateOptions, project: Project, base: BaseInfo, artifacts: Pa
     return tag
 
 
+def _copy_recorded(docker: Docker, container: str, target: Path) -> None:
+    """The snapshot files a recording run wrote or removed in the container's /workspace, copied to `target` (the
+    project's layout) and listed."""
+    changed = [
+        (kind, path[len("/workspace/") :])
+        for kind, path in docker.changes(container)
+        if path.startswith("/workspace/") and any(f"/{name}/" in f"/{path}" for name in SNAPSHOT_FOLDERS)
+    ]
+    deepest = [(k, p) for k, p in changed if not any(o.startswith(p + "/") for _, o in changed)]
+    for kind, relative in deepest:
+        if kind in "AC":
+            (target / relative).parent.mkdir(parents=True, exist_ok=True)
+            docker.copy_out(container, f"/workspace/{relative}", target / relative)
+    written = [p for k, p in deepest if k in "AC"]
+    removed = [p for k, p in deepest if k == "D"]
+    _say(f"the run wrote {len(written)} snapshot files, copied to {target}" + "".join(f"\n  {p}" for p in written))
+    if removed:
+        _say(f"and removed {len(removed)} (remove them in the project too):" + "".join(f"\n  {p}" for p in removed))
+
+
 def _command(config: dict[str, object], tag: str, options: GateOptions) -> list[str]:
     user = str(config.get("User") or "")
     if user.split(":")[0] in ("", "root", "0"):
@@ -194,9 +219,7 @@ def _command(config: dict[str, object], tag: str, options: GateOptions) -> list[
 def run_gate(options: GateOptions, docker: Docker | None = None) -> int:
     """Build and run the gate; 0 only when it passed (pytest passed, its JUnit XML names no failure, error or
     unexplained skip, the HTML report written), 1 when it did not."""
-    project = load_project(
-        options.project, extras=options.extras, requirement_files=options.requirements, args=options.pytest_args
-    )
+    project = load_project(options.project, extras=options.extras, requirement_files=options.requirements)
     if not has_tests(selected_paths(project, options.pytest_args)):
         raise GateError(
             f"{project.root}: no tests found (no test_*.py or *_test.py under "
@@ -226,12 +249,20 @@ def run_gate(options: GateOptions, docker: Docker | None = None) -> int:
         _say(f"the gate ran for {time.monotonic() - start:.0f} s (pytest exit {rc})")
         if not docker.copy_out(container, f"{ARTIFACTS}/.", artifacts):
             _say(f"the container left no {ARTIFACTS}")
+        recording = any(flag in options.pytest_args for flag in RECORDING_FLAGS)
+        if recording:
+            _copy_recorded(docker, container, artifacts / UPDATED)
     finally:
         docker.remove(container)
     passed = report_verdict(artifacts / Path(JUNIT).name, device, project.root, sys.stdout)
     if not (artifacts / Path(REPORT).name).is_file():
         print("genguard gate: FAILED: the gate wrote no HTML report", flush=True)
         passed = False
+    if recording:
+        _say(
+            "a recording run: its tests wrote snapshots instead of checking them, so this run is no gate; review "
+            f"{artifacts / UPDATED} and copy it into the project (cp -r {artifacts / UPDATED}/. .), then commit"
+        )
     if rc != 0 or not passed:
         _say(f"FAILED: the gate did not pass (pytest exit {rc}); JUnit XML, HTML report and output in {artifacts}")
         return 1
