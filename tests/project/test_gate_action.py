@@ -1,7 +1,7 @@
 """The composite action for a team's GPU runner (gate/action.yml) is checked like the CPU one: GitHub's schema,
 zizmor, every action pinned by commit and every value through `env:`; it installs genguard without torch, runs
-`genguard gate --gpu` and uploads the gate's reports also when the gate fails. README's "In CI" uses it with inputs it
-has."""
+`genguard gate --gpu` and uploads the gate's reports also when the gate fails. README's "In CI" names it, and
+docs/gate.md's workflow uses it with inputs it has."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from readme_blocks import section as readme_section
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTION = ROOT / "gate" / "action.yml"
@@ -79,15 +78,17 @@ def test_the_gate_action_installs_genguard_without_torch_runs_the_gate_and_alway
     assert upload["with"]["path"] == steps[gate]["env"]["ARTIFACTS"]
 
 
-def test_the_readme_runs_the_gate_action_with_inputs_it_has(tmp_path: Path) -> None:
-    language, workflow = readme_section("action")
-    assert language == "yaml"
-    path = tmp_path / "generation.yml"
+def test_readme_names_the_gate_action_and_the_docs_workflow_uses_it_with_inputs_it_has(tmp_path: Path) -> None:
+    assert "uses: OWNER/pytest-genguard/gate@COMMIT-SHA" in (ROOT / "README.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "gate.md").read_text(encoding="utf-8")
+    (workflow,) = [b for b in re.findall(r"^```yaml\n(.*?)^```$", page, re.M | re.S) if "pytest-genguard/gate@" in b]
+    path = tmp_path / "decoding-gpu.yml"
     path.write_text(workflow, encoding="utf-8")
     result = _run(_tool("check-jsonschema"), "--builtin-schema", "vendor.github-workflows", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
     steps = [s for job in _load(path)["jobs"].values() for s in job["steps"]]
     (step,) = [s for s in steps if s.get("uses", "").split("@")[0].endswith("/pytest-genguard/gate")]
-    assert FULL_SHA.match(step["uses"])
+    checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["persist-credentials"] is False
     unknown = set(step.get("with", {})) - set(_load(ACTION)["inputs"])
-    assert not unknown, f"README passes inputs gate/action.yml does not have: {sorted(unknown)}"
+    assert not unknown, f"docs/gate.md passes inputs gate/action.yml does not have: {sorted(unknown)}"
