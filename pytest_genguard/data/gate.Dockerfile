@@ -22,9 +22,6 @@
 ARG BASE_IMAGE={{base_image}}
 FROM ${BASE_IMAGE}
 
-LABEL org.opencontainers.image.title="{{project}} decoding gate" \
-      org.opencontainers.image.description="Runs {{project}}'s genguard tests; non-zero exit means a decoding regression."
-
 # Determinism, set before CUDA initialises (environment variables are read at context creation):
 # - CUBLAS_WORKSPACE_CONFIG: required by torch.use_deterministic_algorithms(True) for cuBLAS.
 # - NVIDIA_TF32_OVERRIDE=0: no TF32 anywhere in cuBLAS/cuDNN, whatever a library asks for.
@@ -81,7 +78,11 @@ RUN python -c "import importlib.metadata as m; print('torch==' + m.version('torc
 {{genguard_layer}}
 {{package_layer}}
 
-# The gate: the project's selection (its testpaths, [tool.genguard.gate] args, or genguard gate's `-- ARGS`) on the
-# GPU; genguard gate runs this same command minus --genguard-gpu on the CPU. The report and the JUnit XML land in
+# The project's name last: the layers above are shared by every project with the same requirements.
+LABEL org.opencontainers.image.title="{{project}} decoding gate" \
+      org.opencontainers.image.description="Runs {{project}}'s genguard tests; non-zero exit means a decoding regression."
+
+# The gate: the project's selection (its testpaths, or [tool.genguard.gate] args) on the GPU; genguard gate runs this
+# same command minus --genguard-gpu on the CPU, and appends its `-- ARGS`. The report and the JUnit XML land in
 # /artifacts.
 {{cmd}}
