@@ -87,11 +87,24 @@ def _writable_artifacts(folder: Path) -> Path:
     return folder.resolve()
 
 
+def _readable_by_all(folder: Path, option: str) -> None:
+    """A mounted folder is read by the image's user (UID 10001), not its owner: a file only its owner may read (0600,
+    as save_pretrained writes some) would be "no such file" in the container."""
+    for path in [folder, *folder.rglob("*")]:
+        mode = path.stat().st_mode
+        if mode & 0o004 == 0 or (path.is_dir() and mode & 0o001 == 0):
+            raise GateError(
+                f"{option} {folder}: {path} is not readable by other users (mode {mode & 0o777:o}), and the gate's "
+                f"user (UID 10001) is not its owner: chmod -R o+rX {folder}"
+            )
+
+
 def _mounts(options: GateOptions) -> list[str]:
     argv: list[str] = []
     for folder in options.models:
         if not folder.is_dir():
             raise GateError(f"--models {folder}: no such folder (a model folder to mount read-only)")
+        _readable_by_all(folder, "--models")
         absolute = folder.resolve()
         argv += ["--volume", f"{absolute}:{absolute}:ro"]
     if options.hf_cache is not None:

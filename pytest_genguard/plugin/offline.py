@@ -1,9 +1,12 @@
 """A model download attempted where the hub is off (`HF_HUB_OFFLINE=1`, as in `genguard gate`'s image) named: the
-error transformers raises then says only that the files are not cached, not which model was asked for.
+error transformers raises then says only that the files are not cached, not which model was asked for. And a model
+folder that is not there (outside the project, not mounted into the gate's container) named with the option that
+mounts it.
 
 The failed test's exception chain is read, never imported into: a `huggingface_hub` error of the offline kind
-(`LocalEntryNotFoundError`, `OfflineModeIsEnabled`, by class name) and the `repo_id` huggingface_hub's own frames were
-called with (`hf_hub_download(repo_id=...)`, its public parameter).
+(`LocalEntryNotFoundError`, `OfflineModeIsEnabled`, by class name; `HFValidationError` for a path taken for a hub id)
+and the `repo_id` huggingface_hub's own frames were called with (`hf_hub_download(repo_id=...)`, its public
+parameter).
 """
 
 from __future__ import annotations
@@ -41,11 +44,19 @@ def _repo_ids(tb: TracebackType | None) -> list[str]:
 
 
 def download_hint(exc: BaseException) -> str | None:
-    """What to say when `exc` comes of a hub download refused offline (None when it does not)."""
+    """What to say when `exc` comes of a hub download refused offline, or of a model folder that is not there (None
+    when it does neither)."""
     chain = _chain(exc)
+    ids = [repo for e in chain for repo in _repo_ids(e.__traceback__)]
+    folders = [repo for repo in dict.fromkeys(ids) if repo.startswith(("/", "./", "../", "~"))]
+    if folders and any(type(e).__name__ == "HFValidationError" for e in chain):
+        return (
+            f"The test loads the folder '{folders[0]}', which is not here (transformers then takes the path for a hub "
+            "id). In genguard gate's container, a folder outside the project is there only when mounted: genguard "
+            f"gate --models {folders[0]} (read-only, at the same path); or put it in the project."
+        )
     if not any(type(e).__name__ in OFFLINE_ERRORS for e in chain):
         return None
-    ids = [repo for e in chain for repo in _repo_ids(e.__traceback__)]
     named = ", ".join(f"'{repo}'" for repo in dict.fromkeys(ids)) or "(its id was not found in the traceback)"
     return (
         f"The test tried to download the model {named} from the Hugging Face Hub, and the hub is off here "

@@ -138,6 +138,24 @@ def test_an_unwritable_artifacts_folder_and_a_missing_mount_are_refused(tmp_path
     assert not (tmp_path / "calls").exists()
 
 
+def test_a_mounted_folder_with_a_file_only_its_owner_may_read_is_refused(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "config.json").write_text("{}", encoding="utf-8")
+    (models / "model.safetensors").write_bytes(b"")
+    (models / "model.safetensors").chmod(0o600)  # as save_pretrained leaves it
+    docker = _docker(tmp_path, run_err="Unable to find image 'acme/base:1' locally", run_rc=125)
+    options = GateOptions(project=TEAM, base="acme/base:1", artifacts=tmp_path / "out", models=(models,))
+    with pytest.raises(GateError, match=r"model\.safetensors is not readable by other users") as raised:
+        run_gate(options, docker)
+    assert f"chmod -R o+rX {models}" in str(raised.value)
+    assert not (tmp_path / "calls").exists()
+    # Negative control: readable by all, the folder passes and the gate goes on (to the base, here a missing one).
+    (models / "model.safetensors").chmod(0o644)
+    with pytest.raises(GateError, match="could not run the base image acme/base:1"):
+        run_gate(options, docker)
+
+
 def test_pytest_arguments_go_after_a_double_dash(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pytest_genguard.cli", "gate", "--project", str(TEAM), "tests"],
