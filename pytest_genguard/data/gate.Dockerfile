@@ -5,11 +5,11 @@
 #   genguard gate --artifacts artifacts         # the same tests on the CPU (a CPU runner, a laptop before pushing)
 #   genguard gate --dockerfile > Dockerfile.gate && genguard gate --file Dockerfile.gate   # your own copy of this file
 #
-# The build context is the project (less what its .dockerignore leaves out) and the folder .genguard-gate/, which
-# genguard gate writes into the context it sends (never into the project): requirements.txt and no-deps.txt, the test
-# requirements it resolved (pinned), wheels/, the wheels they install from (filled by the host's pip: no network inside
-# the build; empty when the build may reach the index) and genguard/, the genguard that ran the command (genguard is
-# not on the package index). The container runs the tests with `--genguard-gpu` and no network, as an unprivileged
+# The build context is the one genguard gate sends (it writes nothing into the project): project/, the project less
+# what its .dockerignore leaves out, and genguard-gate/: requirements.txt and no-deps.txt, the test requirements it
+# resolved (pinned), wheels/, the wheels they install from (filled by the host's pip: no network inside the build;
+# empty when the build may reach the index) and genguard/, the genguard that ran the command (genguard is not on the
+# package index). The container runs the tests with `--genguard-gpu` and no network, as an unprivileged
 # user; without a usable GPU it stops at once with a usage error: it never falls back to the CPU (genguard gate runs
 # the same command minus --genguard-gpu when asked for the CPU). JUnit XML and the HTML report land in /artifacts.
 #
@@ -62,8 +62,8 @@ WORKDIR /workspace
 # version (importlib.metadata): torch.__version__ of PyPI's CUDA build is 2.13.0+cu130 while its distribution is
 # 2.13.0, and pip cannot satisfy torch==2.13.0+cu130. The last line proves the base's torch (version and CUDA build)
 # survived.
-COPY .genguard-gate/requirements.txt .genguard-gate/no-deps.txt /tmp/genguard-gate/
-COPY .genguard-gate/wheels /tmp/genguard-gate/wheels
+COPY genguard-gate/requirements.txt genguard-gate/no-deps.txt /tmp/genguard-gate/
+COPY genguard-gate/wheels /tmp/genguard-gate/wheels
 RUN python -c "import importlib.metadata as m; print('torch==' + m.version('torch'))" \
         > /tmp/genguard-gate/torch-constraint.txt \
     && python -c "import importlib.metadata as m, torch; print(m.version('torch'), torch.version.cuda)" \

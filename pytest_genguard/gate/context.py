@@ -1,6 +1,7 @@
 """The build context genguard gate sends to docker: the project's files less what its `.dockerignore` leaves out (and
-less `.git`, always), and the gate's own folder (`.genguard-gate/`: the Dockerfile, the pinned requirements, the
-wheels, genguard's wheel), written as one tar stream so that nothing is written into the project.
+less `.git`, always) under `project/`, and the gate's own folder beside it (`genguard-gate/`: the Dockerfile, the
+pinned requirements, the wheels, genguard's wheel), written as one tar stream so that nothing is written into the
+project, and the image's `COPY project/ /workspace/` takes the project alone.
 
 `.dockerignore` is read as docker reads it (moby's patternmatcher): `*` and `?` within one path segment, `**` across
 any number of them, a pattern that matches a folder matches everything under it, `!` re-includes, the last matching
@@ -17,14 +18,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_genguard.gate.dockerfile import CONTEXT_DIR
+from pytest_genguard.gate.dockerfile import CONTEXT_DIR, PROJECT_DIR
 
 __all__ = ["ALWAYS_LEFT_OUT", "DockerIgnore", "context_files", "write_context"]
 
 _SPECIAL = set(".+()|{}$^")
-ALWAYS_LEFT_OUT = (".git", CONTEXT_DIR)
+ALWAYS_LEFT_OUT = (".git",)
 """Never sent, whatever .dockerignore says: the repository (a checkout may hold a CI token in .git/config, and the
-image needs no history) and a folder of the project's that is named as the gate's own."""
+image needs no history)."""
 
 
 def _regex(pattern: str) -> re.Pattern[str]:
@@ -131,12 +132,13 @@ def _normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
 def write_context(
     out: Path, root: Path, generated: Path, *, ignore: DockerIgnore, also_ignored: Sequence[Path] = ()
 ) -> int:
-    """Write the build context to the tar file `out`: the project's files, then the folder `generated` as
-    `.genguard-gate/` (its times zeroed: the same wheels give the same layer). Returns the number of project paths."""
+    """Write the build context to the tar file `out`: the project's files as `project/`, then the folder `generated`
+    as `genguard-gate/` (its times zeroed: the same wheels give the same layer). Returns the number of project paths."""
     count = 0
     with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as tar:
+        tar.add(root, arcname=PROJECT_DIR, recursive=False, filter=_normalized)
         for relative in context_files(root, ignore, also_ignored):
-            tar.add(root / relative, arcname=relative, recursive=False, filter=_normalized)
+            tar.add(root / relative, arcname=f"{PROJECT_DIR}/{relative}", recursive=False, filter=_normalized)
             count += 1
         for path in sorted(generated.rglob("*")):
             info = tar.gettarinfo(path, arcname=f"{CONTEXT_DIR}/{path.relative_to(generated).as_posix()}")

@@ -5,7 +5,8 @@
 The template holds everything a project shares (the base, the determinism environment, the non-root user, the
 dependency layers, the torch constraint); the project gives its name, its layers (what makes up its package, a
 `prepare` command) and its selection. What goes into the build context besides the project is named here too
-(`CONTEXT_DIR`), so the template and the context writer cannot disagree.
+(`CONTEXT_DIR`, beside the project's `PROJECT_DIR`: the project's last COPY takes the project alone), so the template
+and the context writer cannot disagree.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "DEFAULT_BASE",
     "GPU_FLAG",
     "JUNIT",
+    "PROJECT_DIR",
     "REPORT",
     "cpu_command",
     "gate_command",
@@ -32,8 +34,10 @@ DEFAULT_BASE = (
     "pytorch/pytorch:2.13.0-cuda12.6-cudnn9-runtime"
     "@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4"
 )
-CONTEXT_DIR = ".genguard-gate"
-"""The folder of the build context genguard gate writes: requirements.txt, no-deps.txt, wheels/, genguard/."""
+CONTEXT_DIR = "genguard-gate"
+"""The folder of the build context genguard gate writes: Dockerfile, requirements.txt, no-deps.txt, wheels/, genguard/."""
+PROJECT_DIR = "project"
+"""The folder of the build context that holds the project: `COPY project/ /workspace/` copies it alone."""
 ARTIFACTS = "/artifacts"
 REPORT = f"{ARTIFACTS}/genguard-report.html"
 JUNIT = f"{ARTIFACTS}/junit.xml"
@@ -102,12 +106,12 @@ def _package_layers(project: Project) -> str:
     if not project.installable:
         return (
             "\n# The project's files (a folder of tests: no [project] table to install).\n"
-            f"COPY {_OWNER} . /workspace\n" + _USER
+            f"COPY {_OWNER} {PROJECT_DIR}/ /workspace/\n" + _USER
         )
     if project.install == (".",):
         text = (
             "\n# The project, installed editable without its dependencies (above): a source change rebuilds here.\n"
-            f"COPY {_OWNER} . /workspace\n" + _INSTALL + _USER
+            f"COPY {_OWNER} {PROJECT_DIR}/ /workspace/\n" + _INSTALL + _USER
         )
         if project.prepare:
             text += f"# [tool.genguard.gate] prepare, as the user the gate runs as.\nRUN {project.prepare}\n"
@@ -119,8 +123,8 @@ def _package_layers(project: Project) -> str:
         f"# docs reuses these layers. [tool.genguard.gate] install: {', '.join(project.install)}\n"
     )
     if files:
-        text += f"COPY {_OWNER} {' '.join(files)} /workspace/\n"
-    text += "".join(f"COPY {_OWNER} {folder} /workspace/{folder.rstrip('/')}\n" for folder in folders)
+        text += f"COPY {_OWNER} {' '.join(f'{PROJECT_DIR}/{f}' for f in files)} /workspace/\n"
+    text += "".join(f"COPY {_OWNER} {PROJECT_DIR}/{folder} /workspace/{folder.rstrip('/')}\n" for folder in folders)
     text += _INSTALL + _USER
     if project.prepare:
         text += (
@@ -129,7 +133,7 @@ def _package_layers(project: Project) -> str:
         )
     text += (
         "\n# The rest of the source last (tests, their snapshots, model folders): a change there rebuilds this layer "
-        f"only.\nCOPY {_OWNER} . /workspace\n"
+        f"only.\nCOPY {_OWNER} {PROJECT_DIR}/ /workspace/\n"
     )
     return text
 

@@ -1,5 +1,6 @@
 """The build context genguard gate sends: the project less what its .dockerignore leaves out (read as docker reads
-it), less the artifacts folder, plus the gate's own folder, as one tar: nothing is written into the project."""
+it), less the artifacts folder and .git, under project/, and the gate's own folder beside it, as one tar: nothing is
+written into the project."""
 
 from __future__ import annotations
 
@@ -50,7 +51,6 @@ def test_the_context_is_the_project_less_the_ignored_and_the_artifacts_plus_the_
         "tests/test_a.py",
         ".venv/lib/site.py",
         "gate-artifacts/junit.xml",
-        ".genguard-gate/stale.txt",
         ".git/config",
         ".dockerignore",
     )
@@ -62,21 +62,22 @@ def test_the_context_is_the_project_less_the_ignored_and_the_artifacts_plus_the_
     with tarfile.open(out) as tar:
         members = {m.name: m for m in tar.getmembers()}
     assert set(members) == {
-        ".dockerignore",
-        "pyproject.toml",
-        "pkg",
-        "pkg/__init__.py",
-        "tests",
-        "tests/test_a.py",
-        ".genguard-gate/Dockerfile",
-        ".genguard-gate/wheels",
-        ".genguard-gate/wheels/a-1-py3-none-any.whl",
+        "project",
+        "project/.dockerignore",
+        "project/pyproject.toml",
+        "project/pkg",
+        "project/pkg/__init__.py",
+        "project/tests",
+        "project/tests/test_a.py",
+        "genguard-gate/Dockerfile",
+        "genguard-gate/wheels",
+        "genguard-gate/wheels/a-1-py3-none-any.whl",
     }
     assert count == 6
-    generated_members = [m for name, m in members.items() if name.startswith(".genguard-gate/")]
+    generated_members = [m for name, m in members.items() if name.startswith("genguard-gate/")]
     assert all(m.mtime == 0 for m in generated_members)  # the same wheels give the same layer
     assert all(m.uid == 0 and m.uname == "" for m in members.values())
-    assert not (root / ".genguard-gate" / "Dockerfile").exists()  # nothing written into the project
+    assert not list(root.rglob("Dockerfile"))  # nothing written into the project
     # .git never goes, whatever .dockerignore says: a checkout's .git/config may hold a CI token.
 
 

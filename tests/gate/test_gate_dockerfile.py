@@ -47,10 +47,10 @@ def test_a_team_project_gets_genguards_wheel_its_package_and_its_testpaths() -> 
     parsed = dockerfile.instructions(text)
     copies = [args for name, args in parsed if name == "COPY"]
     assert copies == [
-        ".genguard-gate/requirements.txt .genguard-gate/no-deps.txt /tmp/genguard-gate/",
-        ".genguard-gate/wheels /tmp/genguard-gate/wheels",
-        ".genguard-gate/genguard /tmp/genguard-gate/genguard",
-        "--chown=genguard:genguard . /workspace",
+        "genguard-gate/requirements.txt genguard-gate/no-deps.txt /tmp/genguard-gate/",
+        "genguard-gate/wheels /tmp/genguard-gate/wheels",
+        "genguard-gate/genguard /tmp/genguard-gate/genguard",
+        "--chown=genguard:genguard project/ /workspace/",  # the project alone: the gate's folder stays out
     ], copies
     runs = [args for name, args in parsed if name == "RUN"]
     assert any("/tmp/genguard-gate/genguard/*.whl" in run for run in runs)
@@ -64,7 +64,7 @@ def test_a_team_project_gets_genguards_wheel_its_package_and_its_testpaths() -> 
 
 
 def test_the_genguard_wheel_layer_is_only_for_other_projects() -> None:
-    assert ".genguard-gate/genguard" not in (ROOT / "Dockerfile.cuda").read_text(encoding="utf-8")
+    assert "genguard-gate/genguard" not in (ROOT / "Dockerfile.cuda").read_text(encoding="utf-8")
 
 
 def test_hadolint_passes_a_team_projects_dockerfile(tmp_path: Path) -> None:

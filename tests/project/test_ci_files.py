@@ -234,19 +234,19 @@ def test_the_dependencies_are_installed_before_the_source_is_copied() -> None:
     # the files that declare them (pinned, cached by those files).
     parsed = dockerfile.instructions()
     copies = [(i, args) for i, (name, args) in enumerate(parsed) if name == "COPY"]
-    (source,) = [i for i, args in copies if args.split()[-2:] == [".", "/workspace"]]
+    (source,) = [i for i, args in copies if args.split()[-2:] == ["project/", "/workspace/"]]
     assert source == max(i for i, _ in copies), "the source is the last thing copied"
     dependencies = [i for i, (name, args) in enumerate(parsed) if name == "RUN" and "--requirement" in args]
     assert dependencies and max(dependencies) < source
     earlier = [args for i, args in copies if i < source]
     assert earlier[:2] == [
-        ".genguard-gate/requirements.txt .genguard-gate/no-deps.txt /tmp/genguard-gate/",
-        ".genguard-gate/wheels /tmp/genguard-gate/wheels",
+        "genguard-gate/requirements.txt genguard-gate/no-deps.txt /tmp/genguard-gate/",
+        "genguard-gate/wheels /tmp/genguard-gate/wheels",
     ], earlier
     # Then the package alone (the real chat model's folder is built from it), not the tests or the examples.
     assert [args.split()[1:] for args in earlier[2:]] == [
-        ["pyproject.toml", "README.md", "/workspace/"],
-        ["pytest_genguard", "/workspace/pytest_genguard"],
+        ["project/pyproject.toml", "project/README.md", "/workspace/"],
+        ["project/pytest_genguard", "/workspace/pytest_genguard"],
     ], earlier
 
 
