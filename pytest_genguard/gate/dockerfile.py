@@ -35,7 +35,7 @@ DEFAULT_BASE = (
     "@sha256:6acf597eeb8e376a96580dde4952f37cc017fef732bb40bfc73f28f25e3f64b4"
 )
 CONTEXT_DIR = "genguard-gate"
-"""The folder of the build context genguard gate writes: Dockerfile, requirements.txt, no-deps.txt, wheels/, genguard/."""
+"""The folder of the context genguard gate writes: Dockerfile, requirements.txt, no-deps.txt, wheels/, genguard/."""
 PROJECT_DIR = "project"
 """The folder of the build context that holds the project: `COPY project/ /workspace/` copies it alone."""
 ARTIFACTS = "/artifacts"
