@@ -83,8 +83,8 @@ def test_a_requirements_file_named_on_the_command_line_must_exist(tmp_path: Path
 def test_the_selection_is_the_gate_args_else_testpaths_else_the_root_and_tests_are_found(tmp_path: Path) -> None:
     team = load_project(TEAM)
     assert selected_paths(team) == [TEAM / "tests"] and has_tests(selected_paths(team))
-    assert selected_paths(team, ["tests/test_decoding.py::test_greedy_decoding", "-k", "x"]) == [
-        TEAM / "tests" / "test_decoding.py"
+    assert selected_paths(team, ["tests/test_chat_decoding.py::test_greedy_decoding", "-k", "x"]) == [
+        TEAM / "tests" / "test_chat_decoding.py"
     ]
     own = load_project(ROOT)
     assert own.args[0] == "@.ci/cuda-gate.args"
