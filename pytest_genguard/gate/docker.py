@@ -178,10 +178,6 @@ class Docker:
     def remove(self, container: str) -> None:
         self._run(["rm", "--force", container])
 
-    def prune_dangling(self) -> None:
-        """Dangling images of earlier builds, a day old (they are the build cache of a change undone)."""
-        self._run(["image", "prune", "--force", "--filter", "until=24h"], timeout=_PROBE_S)
-
 
 _BASE_FIX = (
     "a base needs a Python with torch installed and `python` on PATH: the default "

@@ -192,7 +192,6 @@ def _build(options: GateOptions, project: Project, base: BaseInfo, artifacts: Pa
                 print("\n".join(lines[-40:]), file=sys.stderr)
                 raise
     _say(f"built {tag} in {time.monotonic() - start:.0f} s ({docker.image_size(tag) / 1e9:.2f} GB)")
-    docker.prune_dangling()
     return tag
 
 
