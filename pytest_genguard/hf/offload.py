@@ -208,10 +208,15 @@ def watch_key(entries: Iterable[Offloaded]) -> tuple[Any, ...] | None:
 
 
 def _device(value: Any) -> torch.device | None:
+    """A device map's or hook's device as a `torch.device` (an index is the machine's accelerator's, as accelerate
+    reads it: CUDA where none is available); None for "disk", "meta" and None."""
     import torch
 
     if value is None or value in ("disk", "meta"):
         return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        return torch.device(accelerator.type if accelerator is not None else "cuda", value)
     return torch.device(value)
 
 

@@ -26,6 +26,7 @@ from pytest_genguard.core import events, tolerances  # noqa: E402
 from pytest_genguard.plugin import distributed, keep  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
+    genguard_devices,
     genguard_engine,
     genguard_finetune,
     genguard_snapshot,

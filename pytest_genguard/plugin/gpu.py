@@ -134,6 +134,19 @@ def gpu_for_worker(worker_index: int, device_count: int) -> int:
     return worker_index % device_count
 
 
+def gpus_for_worker(worker_index: int, device_count: int, workers: int) -> tuple[int, ...]:
+    """The GPUs an xdist worker may dispatch a model over (`device_map`, `max_memory`): its own (`gpu_for_worker`)
+    first, then every other GPU whose index is the worker's modulo the number of workers (gw1 of 2 workers on 4 GPUs:
+    1 and 3), so no two workers share one; with more workers than GPUs, its own one alone (shared, as its
+    `genguard_device` is)."""
+    own = gpu_for_worker(worker_index, device_count)
+    if workers < 1:
+        raise ValueError(f"gpus_for_worker: workers must be >= 1, got {workers}")
+    if workers > device_count:
+        return (own,)
+    return (own, *(g for g in range(device_count) if g % workers == worker_index % workers and g != own))
+
+
 def prepare_gpu(torch_mod: Any, worker_index: int, environ: MutableMapping[str, str] | None = None) -> GpuSetup:
     """The whole of GPU mode's start: the CUDA check, deterministic setup, then this worker's device.
 
@@ -199,6 +212,28 @@ def header_lines(config: pytest.Config) -> list[str]:
         setup = configure_gpu(config)
     xdist = bool(getattr(config.option, "numprocesses", None))
     return format_header(setup, xdist)
+
+
+def worker_count(config: pytest.Config) -> int:
+    """How many xdist workers the run has (1 without xdist)."""
+    workerinput = getattr(config, "workerinput", None)
+    count = workerinput.get("workercount") if isinstance(workerinput, dict) else None
+    try:
+        return max(1, int(count if count is not None else os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError:
+        return 1
+
+
+def devices_for(config: pytest.Config) -> list[torch.device]:
+    """The devices genguard fixtures give a model dispatched over several (`genguard_devices`): this worker's GPUs in
+    GPU mode (`gpus_for_worker`, its `genguard_device` first), else the CPU."""
+    import torch
+
+    first = device_for(config)
+    setup = config.stash.get(SETUP_KEY, None)
+    if setup is None:
+        return [first]
+    return [torch.device(f"cuda:{i}") for i in gpus_for_worker(setup.worker, setup.device_count, worker_count(config))]
 
 
 def device_for(config: pytest.Config) -> torch.device:

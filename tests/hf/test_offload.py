@@ -9,6 +9,7 @@ import gc
 import os
 import weakref
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy
@@ -126,6 +127,22 @@ def test_inputs_go_where_the_first_layer_computes_when_its_weights_are_on_disk(
     assert model_device(model) == torch.device("cpu")  # where its hook computes
     assert model_device(in_memory) == torch.device("cpu")
     assert offload.cuda_devices(model) == []
+
+
+def test_inputs_go_to_the_gpu_of_the_first_layer_of_a_model_mapped_over_several(gpt2: Any) -> None:
+    # accelerate's hooks as dispatch_model leaves them on a map over cuda:1 and cuda:2 (a fake at the boundary: set,
+    # not attached, so nothing moves to a GPU this machine does not have)
+    model = tiny_model("llama")
+    model.hf_device_map = {"model.embed_tokens": 1, "model.layers.0": 1, "model.layers.1": 2, "lm_head": "cpu"}
+    model._hf_hook = SimpleNamespace(execution_device=1)  # the main device (dispatch_model's first)
+    model.model.embed_tokens._hf_hook = SimpleNamespace(execution_device=torch.device("cuda", 1))
+    assert model_device(model) == torch.device("cuda", 1)
+    assert offload.cuda_devices(model) == [torch.device("cuda", 1), torch.device("cuda", 2)]
+    model.model.embed_tokens._hf_hook = SimpleNamespace(execution_device="disk")  # no device of its own
+    assert model_device(model) == torch.device("cuda", 1)  # the model's own hook: where dispatch_model computes
+    del model.model.embed_tokens._hf_hook, model._hf_hook
+    assert model_device(model) == torch.device("cpu")  # no hook says: the parameters' device
+    assert model_device(gpt2) == torch.device("cpu") and offload.cuda_devices(gpt2) == []
 
 
 class Reads:
