@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from pytest_genguard.plugin.settings import Settings
 
-__all__ = ["configure", "disagreement", "finish", "follower", "from_rank_zero", "rank"]
+__all__ = ["configure", "disagreement", "finish", "follower", "from_rank_zero", "local_rank", "rank"]
 
 T = TypeVar("T")
 
@@ -50,6 +50,16 @@ def rank() -> tuple[int, int]:
         return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         return 0, 1
+
+
+def local_rank() -> tuple[int, int] | None:
+    """(this process's rank on its machine, the ranks on its machine) under torchrun (``LOCAL_RANK``,
+    ``LOCAL_WORLD_SIZE``); None outside it: which GPU a rank takes in GPU mode, as an xdist worker's index does."""
+    try:
+        index, world = int(os.environ["LOCAL_RANK"]), int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except (KeyError, ValueError):
+        return None
+    return (index, world) if world > 1 else None
 
 
 def follower() -> bool:

@@ -1,4 +1,5 @@
-"""GPU mode (`--genguard-gpu`): CUDA checks, deterministic setup, the xdist worker -> GPU mapping, the header.
+"""GPU mode (`--genguard-gpu`): CUDA checks, deterministic setup, the xdist worker (or torchrun rank) -> GPU mapping,
+the header.
 
 Decoding on CUDA is reproducible run to run only in deterministic mode, and only if that mode is set up before CUDA
 initialises (cuBLAS reads `CUBLAS_WORKSPACE_CONFIG` when it creates its handles). So `configure_gpu()` runs in
@@ -22,6 +23,7 @@ import pytest
 
 from pytest_genguard.core.environments import device_class
 from pytest_genguard.hf.environment import cuda_unavailable_reason
+from pytest_genguard.plugin import distributed
 from pytest_genguard.plugin.settings import settings, worker_index
 
 if TYPE_CHECKING:
@@ -181,9 +183,16 @@ def configure_gpu(config: pytest.Config, torch_mod: Any = None) -> GpuSetup:
     """`pytest_configure` for --genguard-gpu: set up and stash this process's `GpuSetup` (UsageError without CUDA)."""
     if torch_mod is None:
         import torch as torch_mod
-    setup = prepare_gpu(torch_mod, worker_index(config))
+    setup = prepare_gpu(torch_mod, placement(config)[0])
     config.stash[SETUP_KEY] = setup
     return setup
+
+
+def placement(config: pytest.Config) -> tuple[int, int]:
+    """(this process's index, how many share the GPUs): torchrun's local rank and ranks on the machine, else the xdist
+    worker's index and the workers (torchrun's ranks each take their own GPU, as transformers binds them)."""
+    ranks = distributed.local_rank()
+    return ranks if ranks is not None else (worker_index(config), worker_count(config))
 
 
 def format_header(setup: GpuSetup, xdist: bool) -> list[str]:
@@ -233,7 +242,8 @@ def devices_for(config: pytest.Config) -> list[torch.device]:
     setup = config.stash.get(SETUP_KEY, None)
     if setup is None:
         return [first]
-    return [torch.device(f"cuda:{i}") for i in gpus_for_worker(setup.worker, setup.device_count, worker_count(config))]
+    index, sharing = placement(config)
+    return [torch.device(f"cuda:{i}") for i in gpus_for_worker(index, setup.device_count, sharing)]
 
 
 def device_for(config: pytest.Config) -> torch.device:

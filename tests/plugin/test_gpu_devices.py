@@ -66,3 +66,19 @@ def test_genguard_devices_are_the_cpu_without_the_flag(pytester: pytest.Pytester
         """
     )
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_under_torchrun_each_rank_takes_the_gpu_of_its_local_rank(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # transformers binds a tensor-parallel rank to cuda:LOCAL_RANK; genguard_device must name the same GPU
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    config = pytester.parseconfig("--genguard-gpu")
+    config.stash[SETTINGS_KEY] = settings_from_config(config)
+    gpu.configure_gpu(config, torch_mod=FakeTorch(devices=4))
+    assert gpu.device_for(config) == torch.device("cuda", 1)
+    assert gpu.devices_for(config) == [torch.device("cuda", 1), torch.device("cuda", 3)]
