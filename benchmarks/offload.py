@@ -129,15 +129,14 @@ def run(smoke: bool) -> list[Result]:
         f"- weights {weights / mib:.0f} MiB (float32), max_memory {cap / mib:.0f} MiB; "
         f"{int(runs['offloaded'][0]['on_disk'])} of 34 modules on disk; baseline ru_maxrss "
         f"{baseline / mib:.0f} MiB (imports and tokenizer)",
-        "",
-        "| stage | in memory: s, peak above baseline | offloaded: s, peak above baseline | time ratio (per pair) |",
-        "|---|---|---|---|",
+        "- per stage, in memory vs offloaded: seconds (medians), peak memory above the baseline after it, and the "
+        "per-pair time ratios (offloaded / in memory):",
     ]
     for stage in STAGES:
         details.append(
-            f"| {stage.replace('_', ' ')} | {secs(spread('memory', stage + '_s').median)}, "
-            f"{above('memory', stage) / mib:.0f} MiB | {secs(spread('offloaded', stage + '_s').median)}, "
-            f"{above('offloaded', stage) / mib:.0f} MiB | {ratio(stage + '_s').text('{:.3g}', '×')} |"
+            f"  - {stage.replace('_', ' ')}: {secs(spread('memory', stage + '_s').median)} vs "
+            f"{secs(spread('offloaded', stage + '_s').median)}; {above('memory', stage) / mib:.0f} MiB vs "
+            f"{above('offloaded', stage) / mib:.0f} MiB; {ratio(stage + '_s').text('{:.3g}', '×')}"
         )
     record_ratio = ratio("record_s")
     hash_ratio = ratio("hash_cold_s")
