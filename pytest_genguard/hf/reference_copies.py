@@ -12,7 +12,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.budget import PRECISIONS
-from pytest_genguard.hf import offload
+from pytest_genguard.hf import offload, tensor_parallel
 
 if TYPE_CHECKING:
     import torch
@@ -41,6 +41,14 @@ def reference_copy(model: PreTrainedModel, precision: str) -> PreTrainedModel:
 
     if precision not in PRECISIONS:
         raise ValueError(f"reference_copy: unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    ranks = tensor_parallel.world_size(model)
+    if ranks is not None:  # refused on every rank alike, before any rank starts a copy the others would wait for
+        raise ValueError(
+            f"genguard's {precision} reference copy of a model split over {ranks} ranks (tensor parallelism) cannot be "
+            "made: torch's DTensor weights do not deep-copy (\"Attempted to call copy_() on an invalid python "
+            'storage"). A calibration is of the weights: calibrate() the same checkpoint loaded in one process and '
+            "judge the tensor-parallel model against that trace (fidelity() without reference_model= reads it)."
+        )
     cast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     head: list[Any] = []  # the copy's output layer, known once the copy exists
 

@@ -36,3 +36,14 @@ def test_heads_that_do_not_divide_among_the_ranks_are_refused_with_the_counts_th
     )
     with pytest.raises(ValueError, match=message):
         record(model, tokenizer, ["hello"], max_new_tokens=2)
+
+
+def test_calibrate_says_why_a_tensor_parallel_model_cannot_be_copied(
+    tokenizer: Any, gpt2: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_genguard.hf.fidelity import calibrate
+
+    trace = record(gpt2, tokenizer, ["hello"], max_new_tokens=2)
+    monkeypatch.setattr(tensor_parallel, "world_size", lambda m: 2)
+    with pytest.raises(ValueError, match=r"split over 2 ranks .* calibrate\(\) the same checkpoint loaded in one"):
+        calibrate(gpt2, tokenizer, trace, ("int8",))
