@@ -23,9 +23,10 @@ pytest.register_assert_rewrite(
 )
 
 from pytest_genguard.core import events, tolerances  # noqa: E402
-from pytest_genguard.plugin import keep  # noqa: E402
+from pytest_genguard.plugin import distributed, keep  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
+    genguard_devices,
     genguard_engine,
     genguard_finetune,
     genguard_snapshot,
@@ -150,6 +151,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "genguard_gpu: needs CUDA; runs only with --genguard-gpu (skipped with a reason otherwise)."
     )
     current = settings_from_config(config)  # a bad value stops here (exit 4), before any snapshot is touched
+    current = distributed.configure(config, current)  # under torchrun, the ranks but 0 judge and never write
     config.stash[SETTINGS_KEY] = current
     config.stash[TALLY_KEY] = Tally()
     keep.configure(config)  # what --snapshot-update may delete
@@ -177,6 +179,11 @@ class _WithoutSyrupy:
             "disabled it (-p no:syrupy): drop -p no:syrupy from the command line, addopts or PYTEST_ADDOPTS",
             pytrace=False,
         )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    distributed.finish()  # under torchrun: every rank has written and printed before any exits
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -18,6 +18,7 @@ Every assertion emits one ``snapshot`` event (`pytest_genguard.core.events.Check
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,7 @@ from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf import record as recording_module  # looked up per call: tests replace record()
 from pytest_genguard.hf.environment import environment
-from pytest_genguard.plugin import gguf_check, server_check
+from pytest_genguard.plugin import distributed, gguf_check, server_check
 from pytest_genguard.plugin.fidelity_marker import Judged, between_traces, marker_budget, with_model
 from pytest_genguard.plugin.reference import on_trace
 from pytest_genguard.plugin.settings import Settings, settings
@@ -54,6 +55,7 @@ from pytest_genguard.plugin.stores import (
     SharedStore,
     Store,
     Syrupy,
+    Written,
     per_env_location,
     resolve_baseline,
 )
@@ -247,12 +249,20 @@ class GenguardSnapshot:
             self.last_comparison = outcome.comparison
             self.last_held = outcome.ok  # by the rule, or by the fidelity budget
         new_only = self._syrupy.new_only
+        written: tuple[Any, str] | None = None
         if decide_write(outcome, store.own_exists, settings(self._config), new_only) and subject.can_write:
             try:
-                data, text = subject.written()
+                written = subject.written()
             except Refused as refused:
                 return self._fail(Status.NON_FINITE, refused.lines, store, refused.counted, **extra)
-            return self._write(store, data, text, outcome, subject, extra)
+        # Under torchrun every rank has read the stored snapshot here, and all must agree before rank 0 writes.
+        split = distributed.disagreement(
+            self.last_name, None if outcome is None else str(outcome.verdict), None if written is None else written[1]
+        )
+        if split is not None:
+            return self._fail(Status.FAILED, split, store, subject.counted(), **extra)
+        if written is not None:
+            return self._write(store, *written, outcome, subject, extra)
         if outcome is None:
             return self._fail(
                 Status.MISSING, [self._missing(store, subject.can_write)], store, subject.counted(), **extra
@@ -271,7 +281,8 @@ class GenguardSnapshot:
         self, store: Store, data: Any, text: str, outcome: Outcome | None, subject: Subject, extra: dict[str, Any]
     ) -> bool:
         try:
-            written = store.write(data, text, None if outcome is None else str(outcome.verdict))
+            was = None if outcome is None else str(outcome.verdict)
+            written = _written(store, data, text, was)
         except OSError as exc:
             target = store.source if not isinstance(store, BaselineStore) else store.base.own_source
             self.last_source = target
@@ -433,6 +444,20 @@ def assertrepr(op: str, left: object, right: object) -> list[str] | None:
             head = f"{type(other).__name__} == genguard_snapshot {snap.last_name!r} ({snap.last_source})"
             return [head, *snap.explanation]
     return None
+
+
+def _written(store: Store, data: Any, text: str, was: str | None) -> Written:
+    """`store.write`, by rank 0 alone under torchrun (`distributed.from_rank_zero`): the other ranks, which agreed on
+    the text, report what rank 0 wrote and let syrupy count the assertion as passed."""
+    written = distributed.from_rank_zero(lambda: store.write(data, text, was))
+    if not distributed.follower() and written is not None:
+        return written
+    if written is None:  # no process group to hear from rank 0: it writes what this rank would have written
+        own = store.base.own_source if isinstance(store, BaselineStore) else store.source
+        status = Status.UPDATED if store.own_exists else Status.CREATED
+        return Written(status, own, f"{status} {own} (written by rank 0)")
+    store.count(data, True)  # rank 0 has written it: syrupy reads it and counts a pass
+    return dataclasses.replace(written, detail=f"{written.detail} (written by rank 0)")
 
 
 def _file_in_the_way(path: Path) -> Path | None:

@@ -15,7 +15,7 @@ import pytest
 from pytest_genguard.core.events import FragileStep, events_from_json
 from pytest_genguard.core.text import plural
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
-from pytest_genguard.plugin import keep
+from pytest_genguard.plugin import distributed, keep
 from pytest_genguard.plugin.pin_usage import UnusedPins, unused_lines, unused_pins, written_lines
 from pytest_genguard.plugin.settings import settings
 from pytest_genguard.plugin.tally import TALLY_KEY, USER_PROPERTY, Tally, count_blocks
@@ -198,7 +198,7 @@ class GenguardReporter:
             write(self.report_error, red=True)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if hasattr(self.config, "workerinput"):
+        if hasattr(self.config, "workerinput") or distributed.follower():  # the controller, or torchrun's rank 0
             return
         current = settings(self.config)
         ledger = self.config.stash.get(keep.LEDGER_KEY, None)
