@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.files import write_snapshot
 from pytest_genguard.core.verdict import Status
 from pytest_genguard.plugin import keep
 from pytest_genguard.plugin.snapshot import Plan
@@ -173,6 +173,8 @@ class Store(Protocol):
 
     source: str
     """The file compared with, relative to the rootdir (for messages)."""
+    target: str
+    """The file writes go to, relative to the rootdir (a pending trace is kept for it)."""
 
     @property
     def own_exists(self) -> bool:
@@ -204,6 +206,7 @@ class SharedStore:
     def __init__(self, syrupy: Syrupy, source: str) -> None:
         self.syrupy = syrupy
         self.source = source
+        self.target = source
         self._text: str | None = None
         self._read = False
 
@@ -270,12 +273,13 @@ class Baseline:
 
 
 class BaselineStore:
-    """The baseline of the trace's environment class (or its fallback), written with `atomic_write_text`."""
+    """The baseline of the trace's environment class (or its fallback), written with `core.files.write_snapshot`."""
 
     def __init__(self, syrupy: Syrupy, base: Baseline) -> None:
         self.syrupy = syrupy
         self.base = base
         self.source = base.source
+        self.target = base.own_source
 
     @property
     def own_exists(self) -> bool:
@@ -286,7 +290,7 @@ class BaselineStore:
 
     def write(self, data: Any, text: str, was: str | None) -> Written:
         base = self.base
-        atomic_write_text(base.own, text)
+        write_snapshot(base.own, text)
         self.syrupy.run(data, update=False, forced=True, read_from=base.own)
         status = Status.UPDATED if base.own_exists else Status.CREATED
         head = f"{status} {base.own_source} (the {base.env_class} baseline"
