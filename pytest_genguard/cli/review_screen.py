@@ -1,14 +1,15 @@
 """`genguard review` on a terminal: one pending trace at a time, with its verdict, what accepting it changes, how many
 prompts changed path, and the first divergence with both paths around it (token, margin, top-k), in a view a key
 switches (side by side, old, new); ``a`` accepts, ``r`` rejects, ``s`` skips, ``q`` quits. Keys are read one at a
-time from the terminal (cbreak mode, restored after each key).
+time from the terminal (cbreak mode for the whole review, restored at its end).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pytest_genguard.cli.inputs import EXIT_FAILED, EXIT_OK, console
@@ -23,30 +24,32 @@ from pytest_genguard.core.tolerances import Overrides
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["KEYS", "VIEWS", "interactive", "read_key", "screen"]
+__all__ = ["KEYS", "VIEWS", "interactive", "screen", "terminal_keys"]
 
 VIEWS = ("side by side", "old", "new")
 KEYS = "[a] accept  [r] reject  [s] skip  [v] view: {view} (side by side, old, new)  [q] quit"
 _RADIUS = 3
 
 
-def read_key() -> str:
-    """One key from the terminal on standard input, without waiting for Enter ("" at end of input)."""
+@contextlib.contextmanager
+def terminal_keys() -> Iterator[Callable[[], str]]:
+    """One key at a time from the terminal on standard input, without Enter or echo ("" at end of input): cbreak
+    mode for the whole review (keys typed ahead are kept), the terminal's settings restored at the end."""
     fd = sys.stdin.fileno()
     try:
         import termios
         import tty
-    except ImportError:  # Windows
+    except ImportError:  # Windows: the console reads single keys as it is
         import msvcrt
 
-        return str(msvcrt.getwch())  # type: ignore[attr-defined,unused-ignore]  # Windows only
+        yield lambda: str(msvcrt.getwch())  # type: ignore[attr-defined,unused-ignore]
+        return
     saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd, termios.TCSANOW)  # not TCSAFLUSH: that would drop keys typed ahead
     try:
-        tty.setcbreak(fd)
-        data = os.read(fd, 1)
+        yield lambda: os.read(fd, 1).decode("utf-8", "replace")
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-    return data.decode("utf-8", "replace")
 
 
 def _sides(view: str) -> tuple[bool, bool]:
@@ -94,8 +97,12 @@ def _show(out: Console, lines: list[tuple[str, str]]) -> None:
         out.print(text, style=style or None, markup=False, highlight=False)
 
 
-def interactive(store: PendingStore, *, key: Callable[[], str] = read_key, out: Console | None = None) -> int:
-    """Review every pending trace on the terminal; the exit code (1 when an accept was refused)."""
+def interactive(store: PendingStore, *, key: Callable[[], str] | None = None, out: Console | None = None) -> int:
+    """Review every pending trace on the terminal (`key`: the keys, else the terminal's); the exit code (1 when an
+    accept was refused)."""
+    if key is None:
+        with terminal_keys() as read:
+            return interactive(store, key=read, out=out)
     screen_out = out if out is not None else console()
     entries = store.entries()
     if not entries:

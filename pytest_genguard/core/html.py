@@ -27,7 +27,7 @@ from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.rule import Rule, StepRule, ValueKind
-from pytest_genguard.core.svg import kld_chart, prompt_chart
+from pytest_genguard.core.svg import KEY, SVG_CSS, kld_chart, prompt_chart
 from pytest_genguard.core.text import clean, display_token, quote
 from pytest_genguard.core.tolerances import dtype_default, same
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
@@ -36,7 +36,8 @@ __all__ = ["DIVERGENCE", "Page", "TraceFile", "badge", "document", "escape", "re
 
 DIVERGENCE = "genguard-divergence"
 
-_CSS = """
+_CSS = (
+    """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 header{background:#1d2330;color:#fff;padding:14px 24px}header h1{margin:0;font-size:20px}
 header p{margin:4px 0 0;color:#c5cad3}main{padding:16px 24px}
@@ -66,9 +67,10 @@ body.hide-after tr.after,body.compact tr.early{display:none}tr.fold{display:none
 body.compact tr.fold{display:table-row}tr.fold td{color:#667;font-style:italic;background:#f6f7f9}
 tr.fragile td.m{color:#c62828;font-weight:600}
 .bar{margin:8px 0}.bar button{margin-right:8px}.muted{color:#667}
-svg.chart{display:block;max-width:100%;height:auto;margin:6px 0 10px;background:#fff}
 ul.change{margin:4px 0 8px;padding-left:20px}
 """
+    + SVG_CSS
+)
 
 _JS = """
 window.addEventListener("error",function(e){document.body.setAttribute("data-genguard-error",String(e.message));});
@@ -220,6 +222,7 @@ class Page:
     """Builds one page; remembers whether the page-wide divergence id was handed out."""
 
     first_divergence_done: bool = False
+    key_done: bool = False
 
     def divergence_attrs(self, tolerated: bool) -> str:
         cls = DIVERGENCE + (" tol" if tolerated else "")
@@ -314,6 +317,9 @@ class Page:
             'side within tolerance, <span class="lp x">red</span>: beyond it (hover for both values); dashed: not in '
             "the other side's top-k</p>"
         )
+        if not self.key_done:  # once a page: every picture is drawn alike
+            parts.append(f'<p class="muted key">{escape(KEY)}</p>')
+            self.key_done = True
         n = max(len(comparison.expected.prompts), len(comparison.actual.prompts))
         parts.extend(self.side_by_side(comparison, i) for i in range(n))
         return "".join(parts)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_genguard.core.text import plural
+from pytest_genguard.core.text import clean, plural
 
 __all__ = ["GROUP_OVER", "Row", "RunSummary", "embed", "extract", "render_markdown"]
 
@@ -87,7 +87,7 @@ class RunSummary:
 
 def embed(summary: RunSummary) -> str:
     """The summary as an HTML element a report carries (JSON that no ``</script>`` inside can end early)."""
-    text = json.dumps(summary.to_json(), ensure_ascii=False, sort_keys=True)
+    text = json.dumps(summary.to_json(), sort_keys=True)  # ASCII: token texts may hold lone surrogates
     text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     return f'<script type="application/json" id="{DATA_ID}">{text}</script>'
 
@@ -111,7 +111,7 @@ def extract(page: str, source: str) -> RunSummary:
 
 def _cell(text: str, width: int = _WHY_WIDTH) -> str:
     """Text safe in a table cell: one line, pipes and HTML escaped, cut to `width`."""
-    one = " ".join(text.split())
+    one = " ".join(clean(text).split())
     if len(one) > width:
         one = one[: width - 3] + "..."
     return one.replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")

@@ -102,7 +102,7 @@ class Pending:
     def to_json(self) -> str:
         doc = {"genguard_pending": _SCHEMA, **asdict(self)}
         doc["changes"], doc["change"], doc["overrides"] = list(self.changes), self.change, dict(self.overrides)
-        return json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        return json.dumps(doc, indent=1, sort_keys=True) + "\n"  # ASCII: token texts may hold lone surrogates
 
     @classmethod
     def from_json(cls, text: str) -> Pending:

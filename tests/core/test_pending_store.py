@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 import trace_builder
 
+from pytest_genguard.core.change import Change, change_of
+from pytest_genguard.core.compare import compare
 from pytest_genguard.core.files import write_snapshot
+from pytest_genguard.core.markdown import Row, RunSummary, embed, extract, render_markdown
 from pytest_genguard.core.pending import GITIGNORE, Accepted, Broken, Pending, PendingStore, pending_id, select
 from pytest_genguard.core.trace import GenerationTrace
 
@@ -194,3 +197,20 @@ def test_a_parametrized_tests_base_name_selects_each_case(tmp_path: Path, name: 
     assert [e.file for e in chosen if isinstance(e, Pending)] == files and not unknown
     chosen, _ = select(entries, [f"tests/test_gen.py::{name}"])
     assert len(chosen) == 1
+
+
+def test_a_token_that_is_not_utf8_on_its_own_is_kept_listed_and_summarized(tmp_path: Path) -> None:
+    """A byte-level tokenizer's token can be half a character (kept as lone surrogates): the record, the run summary
+    and its markdown write it (a tiny llama's retraining met one)."""
+    odd = {**VOCAB, 5: "\udce2\udc82"}
+    old = trace_builder.trace([trace_builder.step([(3, -0.1), (5, -3.0)], text=odd)], finish=None)
+    new = trace_builder.trace([trace_builder.step([(5, -0.1), (3, -3.0)], text=odd)], finish=None)
+    change = change_of(compare(old, new))
+    record = kept(tmp_path, old, new, change=change.to_json())
+    (entry,) = PendingStore(tmp_path).entries()
+    assert entry == record and Change.from_json(entry.change or {}).first == change.first
+    assert "first at prompt 0 step 0: ' brown' -> '\\xe2\\x82'" in entry.line()
+    summary = RunSummary(1, (), (Row("t.py::test_x", "stale", change.line(), change.why),))
+    assert extract(embed(summary), "report.html") == summary
+    assert "\\xe2\\x82" in render_markdown(summary)
+    render_markdown(summary).encode("utf-8")  # writable as it is

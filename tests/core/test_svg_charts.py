@@ -11,10 +11,9 @@ import trace_builder
 
 from pytest_genguard.core import html
 from pytest_genguard.core.compare import compare
-from pytest_genguard.core.svg import EXPECTED_COLOUR, NEW_COLOUR, kld_chart, prompt_chart
+from pytest_genguard.core.svg import SVG_CSS, kld_chart, prompt_chart
 
 VOCAB = {0: "<|endoftext|>", 3: " brown", 4: " fox", 5: " <b>dog</b>", 6: " cat"}
-SVG = "{http://www.w3.org/2000/svg}"
 
 
 def steps(path: list[int], margin: float = 2.0) -> list:
@@ -29,15 +28,17 @@ def test_a_prompt_chart_draws_both_sides_and_marks_the_split_at_its_step() -> No
     old = trace_builder.trace(steps([3, 4, 3, 4, 0]), finish=None).prompts[0]
     new = trace_builder.trace(steps([3, 4, 5, 5, 5, 0]), finish=None).prompts[0]
     root = parse(prompt_chart(old, new, split=2, tie_tol=1e-3))
-    lines = root.findall(f"{SVG}polyline")
-    assert [line.get("stroke") for line in lines] == [EXPECTED_COLOUR] * 2 + [NEW_COLOUR] * 2  # p and margin each
-    assert len(lines[0].get("points", "").split()) == 5 and len(lines[2].get("points", "").split()) == 6
-    dots = root.findall(f"{SVG}circle")
-    assert len(dots) == 2 * 5 + 2 * 6  # a dot per step per panel, each with its title
-    (split,) = [e for e in root.iter(f"{SVG}line") if e.get("class") == "split"]
-    xs = sorted({float(p.split(",")[0]) for p in lines[2].get("points", "").split()})
-    assert float(split.get("x1", "0")) == xs[2]  # on step 2 of the six
-    titles = [t.text or "" for t in root.iter(f"{SVG}title")]
+    sides = root.findall("g")
+    assert [g.get("class") for g in sides] == ["cexp", "cnew"]  # expected solid, actual dashed (SVG_CSS)
+    assert "svg.chart .cnew polyline{stroke:#d9480f;stroke-dasharray:5 3}" in SVG_CSS
+    lines = [line for g in sides for line in g.findall("polyline")]  # p and margin for each side
+    assert [len(line.get("points", "").split()) for line in lines] == [5, 5, 6, 6]
+    dots = root.findall("circle")
+    assert [d.get("class") for d in dots] == ["cexp", "cnew"]  # one dot, with its title, per side at the split
+    (split,) = [e for e in root.iter("path") if "csplit" in (e.get("class") or "")]
+    assert split.get("d", "").startswith("M318 ")  # on step 2 of the six: 58 + 650 * 2 / 5
+    assert dots[0].get("cx") == dots[1].get("cx") == "318"
+    titles = [t.text or "" for t in root.iter("title")]
     assert "actual step 2: ␣<b>dog</b> p=0.819 margin=2" in titles  # escaped in the markup, text when parsed
     assert "diverges at step 2" in "".join(root.itertext())
     assert "tie_tol 0.001" in "".join(root.itertext())
@@ -46,35 +47,34 @@ def test_a_prompt_chart_draws_both_sides_and_marks_the_split_at_its_step() -> No
 def test_a_prompt_that_held_has_no_split_and_a_near_tie_is_marked_as_one() -> None:
     p = trace_builder.trace(steps([3, 4, 0]), finish=None).prompts[0]
     held = prompt_chart(p, p)
-    assert 'class="split"' not in held and "diverges" not in held
+    assert "csplit" not in held and "diverges" not in held
     tie = prompt_chart(p, p, split=1, tolerated=True)
-    assert "near tie at step 1" in tie and "#6a5acd" in tie
+    assert "near tie at step 1" in tie and 'class="csplit ctie"' in tie
 
 
 def test_no_chart_carries_a_script_or_a_link() -> None:
     p = trace_builder.trace(steps([3, 5, 0]), finish=None).prompts[0]
     for svg in (prompt_chart(p, p, split=1), kld_chart([(0, 1e-3), (1, 0.5)], {"kld_max": 0.1}, exact=True)):
-        assert "<script" not in svg and "href" not in svg and "http://www.w3.org/2000/svg" in svg
-        assert re.findall(r"https?://[^\"]+", svg) == ["http://www.w3.org/2000/svg"]
+        assert "<script" not in svg and "href" not in svg and not re.search(r"https?://|url\(", svg)
 
 
 def test_a_kld_chart_draws_each_limit_and_marks_the_steps_above_it() -> None:
     per_step = [(0, 1e-4), (1, 2e-3), (2, 0.3), (3, 0.02)]
     root = parse(kld_chart(per_step, {"kld_mean": 0.01, "kld_max": 0.1}, exact=False))
-    limits = [e for e in root.iter(f"{SVG}line") if e.get("class") == "limit"]
+    limits = [e for e in root.iter("path") if "climit" in (e.get("class") or "")]
     assert len(limits) == 2
-    over = [c for c in root.iter(f"{SVG}circle") if c.get("r") == "3.4"]
+    over = [c for c in root.iter("circle") if c.get("class") == "cover"]
     assert len(over) == 2  # 0.3 and 0.02 are above the tighter limit, 0.01
-    assert "KLD lower bound per step" in (root.find(f"{SVG}title").text or "")
+    assert "KLD lower bound per step" in (root.findtext("title") or "")
     none = parse(kld_chart(per_step, {}, exact=True))
-    assert not [e for e in none.iter(f"{SVG}line") if e.get("class") == "limit"]  # control: no budget, no line
+    assert not [e for e in none.iter("path") if "climit" in (e.get("class") or "")]  # control: no budget, no line
 
 
 def test_the_report_draws_a_chart_per_prompt_of_a_comparison() -> None:
     old = trace_builder.trace(steps([3, 4, 0]), steps([3, 3, 0]), finish=None)
     new = trace_builder.trace(steps([3, 5, 0]), steps([3, 3, 0]), finish=None)
     page = html.Page().comparison(compare(old, new))
-    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == 2
+    assert page.count('<svg class="chart"') == 2
 
 
 def test_the_trace_table_shows_the_settings_that_are_set_and_folds_the_rest() -> None:
