@@ -20,9 +20,11 @@ from typing import IO, Any
 from pytest_genguard.cli.inputs import EXIT_FAILED, EXIT_OK, CliError
 from pytest_genguard.core.pending import PENDING_DIR, Accepted, Broken, Pending, PendingStore, select
 
-__all__ = ["FLAGS", "accept", "add_arguments", "find_root", "listing", "reject", "review", "run"]
+__all__ = ["FLAGS", "PROJECT_MARKS", "accept", "add_arguments", "find_root", "listing", "reject", "review", "run"]
 
 FLAGS = "--list, --accept ID..., --reject ID..., --accept-all or --reject-all"
+PROJECT_MARKS = (".git", "pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini", "setup.py")
+"""What marks a project's folder: the search for pending traces does not go above it."""
 
 
 def _file_lock(path: str) -> AbstractContextManager[Any]:
@@ -32,13 +34,23 @@ def _file_lock(path: str) -> AbstractContextManager[Any]:
 
 
 def find_root(root: Path | None) -> Path:
-    """The project's rootdir: `root`, else the nearest folder from here up that holds ``.genguard/`` (else here)."""
+    """The project's rootdir: `root`; else, from here up to the first folder that marks a project (`PROJECT_MARKS`,
+    as pytest looks for its rootdir), the nearest whose ``.genguard/pending`` holds pending traces (a run's rootdir
+    may be above where it started), else the nearest that has one, else that project folder (or here)."""
     if root is not None:
         if not root.is_dir():
             raise CliError(f"--root {root}: no such folder")
         return root
     here = Path.cwd()
-    return next((d for d in (here, *here.parents) if (d / PENDING_DIR / "pending").is_dir()), here)
+    up: list[Path] = []
+    for folder in (here, *here.parents):
+        up.append(folder)
+        if any((folder / mark).exists() for mark in PROJECT_MARKS):
+            break
+    found = [d for d in up if (d / PENDING_DIR / "pending").is_dir()]
+    holding = [d for d in found if any((d / PENDING_DIR / "pending").glob("*.json"))]
+    project = up[-1] if any((up[-1] / mark).exists() for mark in PROJECT_MARKS) else here
+    return (holding or found or [project])[0]
 
 
 def _who(p: Pending) -> str:
@@ -154,4 +166,4 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"no terminal to review on (standard input or output is not a terminal): pass {FLAGS}")
     from pytest_genguard.cli.review_screen import interactive  # the screen: rich and the terminal's keys
 
-    return interactive(PendingStore(root, lock=_file_lock))
+    return interactive(PendingStore(root, lock=_file_lock), accept, reject)

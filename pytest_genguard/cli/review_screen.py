@@ -10,10 +10,9 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from pytest_genguard.cli.inputs import EXIT_FAILED, EXIT_OK, console
-from pytest_genguard.cli.review import accept, reject
 from pytest_genguard.core.change import Change
 from pytest_genguard.core.comparison import headline, window
 from pytest_genguard.core.documents import compare_documents
@@ -97,12 +96,23 @@ def _show(out: Console, lines: list[tuple[str, str]]) -> None:
         out.print(text, style=style or None, markup=False, highlight=False)
 
 
-def interactive(store: PendingStore, *, key: Callable[[], str] | None = None, out: Console | None = None) -> int:
-    """Review every pending trace on the terminal (`key`: the keys, else the terminal's); the exit code (1 when an
-    accept was refused)."""
+Accept = Callable[[PendingStore, "Pending | Broken", IO[str], IO[str]], bool]
+Reject = Callable[[PendingStore, "Pending | Broken", IO[str]], None]
+
+
+def interactive(
+    store: PendingStore,
+    accept: Accept,
+    reject: Reject,
+    *,
+    key: Callable[[], str] | None = None,
+    out: Console | None = None,
+) -> int:
+    """Review every pending trace on the terminal with `accept` and `reject` (`review`'s, which print what they did);
+    `key`: the keys (else the terminal's); the exit code (1 when an accept was refused)."""
     if key is None:
         with terminal_keys() as read:
-            return interactive(store, key=read, out=out)
+            return interactive(store, accept, reject, key=read, out=out)
     screen_out = out if out is not None else console()
     entries = store.entries()
     if not entries:

@@ -2,8 +2,10 @@
 recorded paths where it was computed) and across a run's checks (`SuiteChange`), for the terminal summary, the HTML
 report, the markdown job summary and `genguard review`. Standard library only.
 
-A prompt's divergence is a *path change* (another token, another length or finish reason, other prompt tokens), a
-*value drift* (same path, a logprob or top-k value beyond tolerance), or a *near tie* (a tolerated split). The KLD
+A prompt's divergence is a *path change* (its tokens split from the recorded ones somewhere, or its length, finish
+reason or prompt tokens changed), a *value drift* (the same tokens all along, a logprob or top-k value beyond
+tolerance), or a *near tie* (a tolerated split). The comparison rule stops at a prompt's first divergence, so a value
+drift at step 0 says nothing of the path: the split is found from the two token paths themselves. The KLD
 comes from `verify()` (the new model teacher forced along the snapshot's path, up to the step where it prefers
 another token: a lower bound from the recorded top-k) and from fidelity judgements (`FidelityReport`: exact with the
 model in process, else a lower bound); a plain ``==`` comparison of two generated traces has none.
@@ -48,18 +50,27 @@ class PromptChange:
     tolerated: bool
     expected: str | None = None
     actual: str | None = None
+    split: int | None = None
+    """The step where the two token paths first differ (None: the same tokens on both sides, or a prompt's length
+    only); with the tokens there."""
+    split_tokens: tuple[str, str] | None = None
 
     @property
     def path(self) -> bool:
         """Whether the prompt's generated path (or its end) changed, not only its values."""
-        return self.kind in PATH_KINDS and not self.tolerated
+        return not self.tolerated and (self.kind in PATH_KINDS or self.split is not None)
 
     def where(self) -> str:
-        """``prompt 0 step 4: ' the' -> ' a'`` (the tokens when the path split)."""
+        """``prompt 0 step 4: ' the' -> ' a'`` (the tokens when the path split); a value drift whose path splits
+        later says where: ``prompt 0 step 0 (logprob), path splits at step 7: ' Paris' -> ' the'``."""
         text = f"prompt {self.prompt} step {self.step}"
         if self.kind == "token" and self.expected is not None and self.actual is not None:
             return f"{text}: {quote(self.expected, 16)} -> {quote(self.actual, 16)}"
-        return f"{text} ({self.kind})"
+        text = f"{text} ({self.kind})"
+        if self.split is not None and self.split_tokens is not None:
+            old, new = self.split_tokens
+            text += f", path splits at step {self.split}: {quote(old, 16)} -> {quote(new, 16)}"
+        return text
 
 
 @dataclass(frozen=True)
@@ -102,8 +113,12 @@ class Change:
 
     @property
     def first(self) -> PromptChange | None:
-        """The divergence the verdict is about: the first that is not a near tie, else the first."""
-        return next((d for d in self.divergences if not d.tolerated), self.divergences[0] if self.divergences else None)
+        """The divergence a reviewer looks at first: the first prompt whose path changed, else the first that is not a
+        near tie, else the first."""
+        return next(
+            (d for d in self.divergences if d.path),
+            next((d for d in self.divergences if not d.tolerated), self.divergences[0] if self.divergences else None),
+        )
 
     def counts(self) -> tuple[int, int, int]:
         """(prompts whose path changed, prompts that drifted in value only, near ties)."""
@@ -136,6 +151,7 @@ class Change:
             "divergences": [
                 {"prompt": d.prompt, "step": d.step, "kind": d.kind, "tolerated": d.tolerated}
                 | ({"expected": d.expected, "actual": d.actual} if d.kind == "token" else {})
+                | ({"split": d.split, "split_tokens": list(d.split_tokens or ())} if d.split is not None else {})
                 for d in self.divergences
             ],
             "why": self.why,
@@ -159,6 +175,8 @@ class Change:
                 bool(d.get("tolerated", False)),
                 None if d.get("expected") is None else str(d["expected"]),
                 None if d.get("actual") is None else str(d["actual"]),
+                None if d.get("split") is None else int(d["split"]),
+                _pair(d.get("split_tokens")),
             )
             for d in raw.get("divergences", ())
         )
@@ -179,11 +197,34 @@ class Change:
         return cls(int(raw.get("prompts", 0)), divergences, str(raw.get("why", "")), kld)
 
 
+def _pair(raw: object) -> tuple[str, str] | None:
+    if isinstance(raw, (list, tuple)) and len(raw) == 2:
+        return str(raw[0]), str(raw[1])
+    return None
+
+
+def _split(cmp: Comparison, prompt: int) -> tuple[int | None, tuple[str, str] | None]:
+    """Where prompt `prompt`'s two token paths first differ, and the tokens there (None: nowhere)."""
+    if prompt >= len(cmp.expected.prompts) or prompt >= len(cmp.actual.prompts):
+        return None, None
+    old, new = cmp.expected.prompts[prompt].steps, cmp.actual.prompts[prompt].steps
+    for n, (o, a) in enumerate(zip(old, new, strict=False)):
+        if o.token_id != a.token_id:
+            return n, (o.token, a.token)
+    return None, None
+
+
 def change_of(cmp: Comparison, kld: Kld | None = None) -> Change:
     """The `Change` of a comparison (prompts compared: those on both sides)."""
     divergences = tuple(
         PromptChange(
-            d.prompt_index, d.step, d.kind, d.tolerated, d.expected_token, d.actual_token if d.kind == "token" else None
+            d.prompt_index,
+            d.step,
+            d.kind,
+            d.tolerated,
+            d.expected_token if d.kind == "token" else None,
+            d.actual_token if d.kind == "token" else None,
+            *_split(cmp, d.prompt_index),
         )
         for d in cmp.divergences
     )
@@ -212,6 +253,7 @@ class SuiteChange:
     drift: int = 0
     ties: int = 0
     by_step: Counter[str] = field(default_factory=Counter)
+    splits: Counter[str] = field(default_factory=Counter)
     klds: list[tuple[str, Kld]] = field(default_factory=list)
 
     def add(self, nodeid: str, change: Change) -> None:
@@ -223,6 +265,8 @@ class SuiteChange:
         for d in change.divergences:
             if not d.tolerated:
                 self.by_step[step_bucket(d.step)] += 1
+            if d.path:
+                self.splits[step_bucket(d.split if d.split is not None else d.step)] += 1
         if change.kld is not None and change.kld.steps:
             self.klds.append((nodeid, change.kld))
 
@@ -239,16 +283,18 @@ class SuiteChange:
             f"what changed: {self.path} of {plural(self.prompts, 'prompt')} in {plural(self.checks, 'check')} "
             f"changed path, {self.drift} drifted in value only, {plural(self.ties, 'near tie')} tolerated"
         ]
-        if self.by_step:
-            order = sorted(self.by_step, key=lambda b: int(b.split("-")[0].rstrip("+")))
-            lines.append("first divergences by step: " + ", ".join(f"{b}: {self.by_step[b]}" for b in order))
+        for counts, what in ((self.by_step, "first divergences"), (self.splits, "paths split")):
+            if counts:
+                order = sorted(counts, key=lambda b: int(b.split("-")[0].rstrip("+")))
+                lines.append(f"{what} by step: " + ", ".join(f"{b}: {counts[b]}" for b in order))
         if self.klds:
             worst_id, worst = max(self.klds, key=lambda item: item[1].max)
             steps = sum(k.steps for _, k in self.klds)
             mean = sum(k.mean * k.steps for _, k in self.klds) / steps if steps else 0.0
             bound = "" if all(k.exact for _, k in self.klds) else " (lower bounds)"
             lines.append(
-                f"KLD on the recorded paths ({plural(len(self.klds), 'check')}, verify() and fidelity): mean "
-                f"{number(mean, 3)} over {plural(steps, 'step')}, max {number(worst.max, 3)} in {worst_id}{bound}"
+                f"KLD of the new model on the recorded paths ({plural(len(self.klds), 'check')}: verify() or a "
+                f"fidelity budget): mean {number(mean, 3)} over {plural(steps, 'step')}, max {number(worst.max, 3)} "
+                f"in {worst_id}{bound}"
             )
         return lines

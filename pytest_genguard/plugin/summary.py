@@ -7,12 +7,14 @@ the new one changed, and the snapshots kept from deletion by ``--snapshot-update
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_genguard.core.events import FragileStep, events_from_json
+from pytest_genguard.core.pending import PENDING_DIR
 from pytest_genguard.core.review import changed_lines
 from pytest_genguard.core.text import plural
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
@@ -106,17 +108,27 @@ def update_lines(tally: Tally, verbose: bool) -> list[str]:
     return lines
 
 
-def pending_lines(tally: Tally, verbose: bool) -> list[str]:
-    """The new traces kept for review: how many, the command that reviews them; with -v each id and its test."""
+def pending_lines(tally: Tally, verbose: bool, folder: str = ".genguard/pending") -> list[str]:
+    """The new traces kept for review: how many, where (`folder`), the command that reviews them; with -v each id
+    and its test."""
     if not tally.pending:
         return []
     lines = [
-        f"{plural(len(tally.pending), 'new trace')} kept for review in .genguard/pending (git ignores it): accept or "
+        f"{plural(len(tally.pending), 'new trace')} kept for review in {folder} (git ignores it): accept or "
         "reject each with `genguard review` (`--list`, `--accept ID`), without running the model again"
     ]
     if verbose:
         lines += [f"  {event.pending}  {_who(nodeid, event.name)}" for nodeid, event in tally.pending]
     return lines
+
+
+def _pending_folder(config: pytest.Config) -> str:
+    """The pending traces' folder as the user finds it from where pytest started (the rootdir may be above it)."""
+    folder = config.rootpath / PENDING_DIR / "pending"
+    try:
+        return os.path.relpath(folder, config.invocation_params.dir)
+    except ValueError:  # another drive (Windows)
+        return str(folder)
 
 
 _KEPT_HEADS = {
@@ -202,7 +214,7 @@ class GenguardReporter:
                 write(f"  ... and {len(tally.stale_tests) - _STALE_SHOWN} more")
             per_env = current.baselines == "per-env"
             write(f"re-record only the stale snapshots with: {rerecord_command(tally.stale_tests, per_env=per_env)}")
-        for line in pending_lines(tally, verbose):
+        for line in pending_lines(tally, verbose, _pending_folder(config)):
             write(line)
         for line in update_lines(tally, verbose):
             write(line)

@@ -77,8 +77,9 @@ def test_the_suite_counts_prompts_steps_and_the_kld_of_the_checks_that_computed_
         "what changed: 2 of 4 prompts in 3 checks changed path, 0 drifted in value only, 0 near ties tolerated"
     )
     assert lines[1] == "first divergences by step: 0: 1, 1-3: 1"
-    assert lines[2].startswith("KLD on the recorded paths (1 check, verify() and fidelity): mean ")
-    assert lines[2].endswith("in t.py::test_c (lower bounds)")
+    assert lines[2] == "paths split by step: 0: 1, 1-3: 1"
+    assert lines[3].startswith("KLD of the new model on the recorded paths (1 check: verify() or a fidelity budget): ")
+    assert lines[3].endswith("in t.py::test_c (lower bounds)")
 
 
 def test_the_markdown_table_names_each_failed_test_with_its_divergence_and_why() -> None:
@@ -127,3 +128,19 @@ def test_kld_keeps_each_step_only_when_asked() -> None:
     assert [s for _, s, _ in kept.per_step] == [0, 1, 2]
     assert kept.limits == {"kld_max": 0.1}  # only KLD limits are drawn
     assert isinstance(Change.from_json(Change(1, (), "", kept).to_json()).kld, Kld)
+
+
+def test_a_value_drift_before_the_split_still_counts_as_a_path_change() -> None:
+    """The rule stops at a prompt's first divergence (here a logprob at step 0); the path is read from the tokens."""
+    old = make([3, 4, 0])
+    drifted = make([3, 4, 0], drift=0.5)
+    split = trace_builder.trace([*drifted.prompts[0].steps[:2], make([3, 4, 6]).prompts[0].steps[2]], finish=None)
+    same_path = change_of(compare(old, drifted))
+    assert same_path.counts() == (0, 1, 0)  # control: the same tokens all along is a value drift
+    change = change_of(compare(old, split))
+    assert change.counts() == (1, 0, 0)
+    assert change.line() == (
+        "1 of 1 prompt changed path; first at prompt 0 step 0 (logprob), path splits at step 2: '<|endoftext|>' -> "
+        "' cat'"
+    )
+    assert Change.from_json(change.to_json()) == change

@@ -12,6 +12,7 @@ import trace_builder
 from rich.console import Console
 
 from pytest_genguard import cli
+from pytest_genguard.cli.review import accept, reject
 from pytest_genguard.cli.review_screen import interactive
 from pytest_genguard.core.change import change_of
 from pytest_genguard.core.compare import compare
@@ -140,17 +141,32 @@ def test_root_names_the_project(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "pyproject.toml").write_text("")  # another project: the search stops at its folder
+    monkeypatch.chdir(elsewhere)
     assert cli.main(["review", "--list"]) == 0
     assert capsys.readouterr().out.startswith("no pending traces in ")
     assert cli.main(["review", "--list", "--root", str(project)]) == 0
     assert capsys.readouterr().out.startswith("3 pending in ")
 
 
+def test_an_empty_pending_folder_nearer_does_not_hide_the_runs_traces(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """pytest may put the rootdir above where it started (an option's existing path counts as an argument): the
+    nearest folder holding pending traces is the project's, not a nearer one left empty by an earlier review."""
+    nearer = project / "tests" / "sub"
+    (nearer / ".genguard" / "pending").mkdir(parents=True)
+    monkeypatch.chdir(nearer)
+    assert cli.main(["review", "--list"]) == 0
+    assert capsys.readouterr().out.startswith(f"3 pending in {project / '.genguard' / 'pending'}")
+
+
 def test_keys_accept_skip_switch_the_view_and_quit(project: Path) -> None:
     keys = iter("vvasvq")  # view old, view new; accept the first; skip the second; view; quit on the third
     shown = io.StringIO()
-    code = interactive(PendingStore(project), key=keys.__next__, out=Console(file=shown, width=140, color_system=None))
+    screen = Console(file=shown, width=140, color_system=None)
+    code = interactive(PendingStore(project), accept, reject, key=keys.__next__, out=screen)
     assert code == 0
     text = shown.getvalue()
     screens = text.split("[a] accept")

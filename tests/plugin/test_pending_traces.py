@@ -69,6 +69,7 @@ def test_a_failed_comparison_keeps_its_new_trace_and_never_touches_the_snapshot(
         [
             "what changed: 3 of 4 prompts in 4 checks changed path, 0 drifted in value only, 0 near ties tolerated",
             "first divergences by step: 1-3: 3",
+            "paths split by step: 1-3: 3",
             "2 new traces kept for review in .genguard/pending (git ignores it): *genguard review*",
         ]
     )

@@ -121,6 +121,7 @@ def test_summary_counts_each_verdict_and_names_the_command_that_re_records_stale
         "invariants: 2 checked, 1 failed",
         "what changed: 1 of 4 prompts in 4 checks changed path, 0 drifted in value only, 1 near tie tolerated",
         "first divergences by step: 1-3: 1",
+        "paths split by step: 1-3: 1",
         "stale snapshots (the model, tokenizer or decoding settings changed since they were recorded):",
         "  test_scenario.py::test_stale",
         "re-record only the stale snapshots with: pytest --genguard-update-stale test_scenario.py",
