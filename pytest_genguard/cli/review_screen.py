@@ -7,18 +7,20 @@ time from the terminal (cbreak mode for the whole review, restored at its end).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING
 
 from pytest_genguard.cli.inputs import EXIT_FAILED, EXIT_OK, console
-from pytest_genguard.core.change import Change
-from pytest_genguard.core.comparison import headline, window
+from pytest_genguard.core.change import Change, path_split
+from pytest_genguard.core.comparison import Comparison, headline, window
 from pytest_genguard.core.documents import compare_documents
 from pytest_genguard.core.pending import Broken, Pending, PendingStore
 from pytest_genguard.core.text import plural
 from pytest_genguard.core.tolerances import Overrides
+from pytest_genguard.core.verdict import Divergence
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -87,7 +89,28 @@ def screen(store: PendingStore, entry: Pending, position: str, view: str) -> lis
         return [*lines, ("dim", "the paths do not diverge (the snapshot is stale for another reason)")]
     lines.append(("bold", f"view: {view} (old: the snapshot, new: the pending trace)"))
     shown = window(cmp, div, radius=_RADIUS, names=("old", "new"), show=_sides(view))
-    return [*lines, *(("", line) for line in shown)]
+    lines += [("", line) for line in shown]
+    split = _later_split(cmp, div)
+    if split is not None:  # a value drifted first: the tokens split later, where a reviewer looks
+        lines.append(("bold", f"the path splits at step {split.step} of prompt {split.prompt_index}:"))
+        lines += [("", line) for line in window(cmp, split, radius=1, names=("old", "new"), show=_sides(view))[1:]]
+    return lines
+
+
+def _later_split(cmp: Comparison, shown: Divergence) -> Divergence | None:
+    """The first prompt's token split that the window around `shown` does not show, as a divergence to draw."""
+    for div in cmp.divergences:
+        if div.prompt_index >= min(len(cmp.expected.prompts), len(cmp.actual.prompts)):
+            continue
+        old, new = cmp.expected.prompts[div.prompt_index], cmp.actual.prompts[div.prompt_index]
+        step = path_split(old, new)
+        if step is None or (div.prompt_index == shown.prompt_index and abs(step - shown.step) <= _RADIUS):
+            continue
+        o, n = old.steps[step], new.steps[step]
+        return dataclasses.replace(
+            div, step=step, kind="token", expected_token_id=o.token_id, actual_token_id=n.token_id
+        )
+    return None
 
 
 def _show(out: Console, lines: list[tuple[str, str]]) -> None:

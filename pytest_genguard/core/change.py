@@ -22,8 +22,19 @@ from typing import Any
 from pytest_genguard.core.comparison import Comparison, describe, headline
 from pytest_genguard.core.fidelity import StepFidelity, aggregate
 from pytest_genguard.core.text import number, plural, quote
+from pytest_genguard.core.trace import PromptTrace
 
-__all__ = ["PATH_KINDS", "Change", "Kld", "PromptChange", "SuiteChange", "change_of", "kld_of", "step_bucket"]
+__all__ = [
+    "PATH_KINDS",
+    "Change",
+    "Kld",
+    "PromptChange",
+    "SuiteChange",
+    "change_of",
+    "kld_of",
+    "path_split",
+    "step_bucket",
+]
 
 PATH_KINDS = frozenset({"token", "length", "finish_reason", "prompt"})
 """Divergence kinds that change what a prompt generates (the others, logprob and topk, drift in value only)."""
@@ -203,15 +214,22 @@ def _pair(raw: object) -> tuple[str, str] | None:
     return None
 
 
+def path_split(old: PromptTrace | None, new: PromptTrace | None) -> int | None:
+    """The step where two token paths first differ (None: nowhere, or a side is missing)."""
+    if old is None or new is None:
+        return None
+    return next(
+        (n for n, (o, a) in enumerate(zip(old.steps, new.steps, strict=False)) if o.token_id != a.token_id), None
+    )
+
+
 def _split(cmp: Comparison, prompt: int) -> tuple[int | None, tuple[str, str] | None]:
     """Where prompt `prompt`'s two token paths first differ, and the tokens there (None: nowhere)."""
     if prompt >= len(cmp.expected.prompts) or prompt >= len(cmp.actual.prompts):
         return None, None
-    old, new = cmp.expected.prompts[prompt].steps, cmp.actual.prompts[prompt].steps
-    for n, (o, a) in enumerate(zip(old, new, strict=False)):
-        if o.token_id != a.token_id:
-            return n, (o.token, a.token)
-    return None, None
+    old, new = cmp.expected.prompts[prompt], cmp.actual.prompts[prompt]
+    n = path_split(old, new)
+    return (None, None) if n is None else (n, (old.steps[n].token, new.steps[n].token))
 
 
 def change_of(cmp: Comparison, kld: Kld | None = None) -> Change:

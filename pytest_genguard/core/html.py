@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pytest_genguard.core.change import Kld
+from pytest_genguard.core.change import Kld, path_split
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.jsontext import JSONScalar
@@ -282,6 +282,7 @@ class Page:
             split=None if div is None else div.step,
             tolerated=div is not None and div.tolerated,
             tie_tol=comparison.tolerances.tie_tol,
+            path_split=path_split(e_p, a_p),
         )
         table = chart + (
             "<table><tr><th>step</th><th>expected</th><th>expected top-k</th><th>actual</th><th>actual top-k</th>"

@@ -14,11 +14,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_genguard.core.change import path_split
 from pytest_genguard.core.comparison import describe
 from pytest_genguard.core.documents import Outcome, history_of
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.text_diff import prompt_difference
-from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.core.trace import GenerationTrace, PromptTrace
+from pytest_genguard.core.verdict import Divergence
 
 __all__ = ["accepted_changes", "changed_lines", "nonfinite_message", "nonfinite_values"]
 
@@ -106,7 +108,7 @@ def accepted_changes(outcome: Outcome) -> list[str]:
             lines.append(f"prompt {i} replaced: {prompt_difference(old[i], new[i])} (not compared)")
             continue
         div = divergences.get(i)
-        changed = [describe(cmp, div)] if div is not None else []
+        changed = [describe(cmp, div) + _later_split(old[i], new[i], div)] if div is not None else []
         if old[i].finish_reason != new[i].finish_reason and (
             div is None or div.kind not in ("length", "finish_reason")
         ):
@@ -122,3 +124,13 @@ def accepted_changes(outcome: Outcome) -> list[str]:
 def changed_lines(who: str, was: str | None, changes: Sequence[str]) -> list[str]:
     """A re-recorded snapshot as the summary lists it: ``<who> (was stale)``, then what it changed, indented."""
     return [f"{who} ({f'was {was}' if was else 're-recorded'})", *(f"  {change}" for change in changes)]
+
+
+def _later_split(old: PromptTrace, new: PromptTrace, div: Divergence) -> str:
+    """``; its path splits at step 7: ' Paris' -> ' the'`` when a value drifted first (the rule stops there)."""
+    if div.kind == "token":
+        return ""
+    step = path_split(old, new)
+    if step is None:
+        return ""
+    return f"; its path splits at step {step}: {quote(old.steps[step].token, 16)} -> {quote(new.steps[step].token, 16)}"

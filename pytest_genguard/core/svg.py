@@ -27,7 +27,8 @@ __all__ = ["KEY", "SVG_CSS", "kld_chart", "prompt_chart"]
 KEY = (
     "pictures: the expected side solid blue, the actual dashed orange; above, the chosen token's probability; below, "
     "the top-1/top-2 margin (log scale) and the tie tolerance; the red line marks the first divergence (purple: a near "
-    "tie), the steps after it are shaded (their values are not compared)"
+    "tie), the steps after it are shaded (their values are not compared); a dashed dark line: where the tokens split, "
+    "when a value drifted first"
 )
 """What the pictures show, said once per page."""
 
@@ -41,7 +42,8 @@ SVG_CSS = (
     "svg.chart .csp{stroke:#c62828;stroke-width:2}svg.chart text.csp{fill:#c62828;stroke:none}"
     "svg.chart .ctie{stroke:#6a5acd;stroke-width:2}svg.chart text.ctie{fill:#6a5acd;stroke:none}"
     "svg.chart .ctol{stroke:#6a5acd;stroke-dasharray:2 3}svg.chart .clim{stroke:#c62828;stroke-dasharray:4 3}"
-    "svg.chart .cover{fill:#c62828}svg.chart .csh{fill:#f1f3f6}"
+    "svg.chart .cover{fill:#c62828}svg.chart .csh{fill:#f1f3f6}svg.chart path.cpath{stroke:#1d2330;"
+    "stroke-dasharray:3 2}svg.chart text.cpath{fill:#1d2330}"
 )
 """The pictures' styles (the report's stylesheet holds them: one copy for every picture of a page)."""
 
@@ -131,8 +133,10 @@ def prompt_chart(
     tolerated: bool = False,
     tie_tol: float = 0.0,
     names: tuple[str, str] = ("expected", "actual"),
+    path_split: int | None = None,
 ) -> str:
-    """One prompt's two sides over the steps (see the module docstring); `split` is the first divergence's step."""
+    """One prompt's two sides over the steps (see the module docstring); `split` is the first divergence's step,
+    `path_split` where the tokens differ when that is later (a value drift first), marked too."""
     steps = max(len(expected.steps) if expected else 0, len(actual.steps) if actual else 0, 1)
     top_p, top_m = _TOP, _TOP + _PANEL + _GAP
     height = top_m + _PANEL + 18
@@ -162,6 +166,12 @@ def prompt_chart(
         parts.append(
             f'<path class="csplit {kind}" d="M{x} {_TOP - 4}V{top_m + _PANEL}"/><text class="{kind}" x="{x + 3}" '
             f'y="{_TOP - 8}">{"near tie" if tolerated else "diverges"} at step {split}</text>'
+        )
+    if path_split is not None and path_split != split:
+        x = _x(path_split, steps)
+        parts.append(
+            f'<path class="cpath" d="M{x} {_TOP}V{top_m + _PANEL + 4}"/><text class="cpath" x="{x + 3}" '
+            f'y="{top_m + _PANEL + 14}">path splits at step {path_split}</text>'
         )
     legend = height - 4
     parts.append(f'<text class="ctk" x="{_W - _RIGHT}" y="{legend}">step 0 to {steps - 1}</text></svg>')

@@ -18,6 +18,7 @@ from pytest_genguard.core.events import CheckEvent, InvariantEvent
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.html import Page, badge, document, escape, toolbar
 from pytest_genguard.core.markdown import embed
+from pytest_genguard.core.text import plural
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
@@ -113,7 +114,9 @@ def _change(tally: Tally) -> str:
     """What the change did across the run (the summary's lines), and the pending traces' review command."""
     lines = tally.change.lines()
     if tally.pending:
-        lines.append(f"{len(tally.pending)} new traces kept for review: genguard review (where the tests ran)")
+        lines.append(
+            f"{plural(len(tally.pending), 'new trace')} kept for review: genguard review (where the tests ran)"
+        )
     return '<ul class="change">' + "".join(f"<li>{escape(line)}</li>" for line in lines) + "</ul>" if lines else ""
 
 

@@ -144,3 +144,20 @@ def test_a_value_drift_before_the_split_still_counts_as_a_path_change() -> None:
         "' cat'"
     )
     assert Change.from_json(change.to_json()) == change
+
+
+def test_what_accepting_changes_names_a_split_after_a_drift() -> None:
+    from pytest_genguard.core.documents import Outcome
+    from pytest_genguard.core.review import accepted_changes
+
+    old = make([3, 4, 0])
+    split = trace_builder.trace(
+        [*make([3, 4, 0], drift=0.5).prompts[0].steps[:2], make([3, 4, 6]).prompts[0].steps[2]], finish=None
+    )
+    cmp = compare(old, split)
+    line = accepted_changes(Outcome(cmp.verdict, "", cmp))[0]
+    assert line.startswith("prompt 0 'prompt 0' drifts at step 0") and line.endswith(
+        "; its path splits at step 2: '<|endoftext|>' -> ' cat'"
+    )
+    same = compare(old, make([3, 4, 0], drift=0.5))
+    assert "splits" not in accepted_changes(Outcome(same.verdict, "", same))[0]  # control: the same tokens

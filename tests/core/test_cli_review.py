@@ -181,3 +181,34 @@ def test_keys_accept_skip_switch_the_view_and_quit(project: Path) -> None:
     assert snapshot(project, "test_a") == make([3, 5, 0]).to_json()
     assert snapshot(project, "test_b") == snapshot(project, "test_c") == make([3, 4, 0]).to_json()
     assert len(ids(project)) == 2
+
+
+def test_a_split_after_a_value_drift_is_shown_where_the_tokens_split(tmp_path: Path) -> None:
+    """As on SmolLM2 with a layer scaled: step 0's logprob drifts (the first divergence), the tokens split later."""
+    step = trace_builder.step
+    path = [3, 4, 6, 3, 4, 6, 3, 4, 0]
+    old = trace_builder.trace([step([(t, -0.1), (5, -3.0)], text=VOCAB) for t in path], finish=None)
+    drifted = [
+        step([(3, -0.4), (5, -3.0)], text=VOCAB),
+        *old.prompts[0].steps[1:7],
+        step([(5, -0.1), (4, -3.0)], text=VOCAB),
+    ]
+    new = trace_builder.trace(drifted, finish=None)
+    write_snapshot(tmp_path / file_of("test_a"), old.to_json())
+    store = PendingStore(tmp_path)
+    store.keep(
+        new.to_json(),
+        old.to_json(),
+        test="t.py::test_a",
+        name="test_a",
+        file=file_of("test_a"),
+        compared=file_of("test_a"),
+        verdict="stale",
+        summary="stale: model changed",
+    )
+    shown = io.StringIO()
+    interactive(store, accept, reject, key=iter("q").__next__, out=Console(file=shown, width=140, color_system=None))
+    text = shown.getvalue()
+    assert ">>     0  old       ' brown'" in text  # the first divergence, a drift
+    assert "the path splits at step 7 of prompt 0:" in text
+    assert ">>     7  old       ' fox'" in text and ">>        new       ' dog'" in text

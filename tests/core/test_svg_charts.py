@@ -87,3 +87,14 @@ def test_the_trace_table_shows_the_settings_that_are_set_and_folds_the_rest() ->
     assert "<td>settings.max_new_tokens</td><td>3</td>" in page
     assert "(unset)" not in page
     assert "<summary>3 settings unset</summary>" in page and "settings.temperature, settings.top_k" in page
+
+
+def test_a_path_that_splits_after_a_value_drift_is_marked_where_it_splits() -> None:
+    """SmolLM2 with one layer scaled: step 0's logprob drifts (the first divergence), the tokens split at step 1."""
+    p = trace_builder.trace(steps([3, 4, 0]), finish=None).prompts[0]
+    later = parse(prompt_chart(p, p, split=0, path_split=1))
+    (marker,) = [e for e in later.iter("path") if e.get("class") == "cpath"]
+    assert marker.get("d", "").startswith("M383 ")  # step 1 of three: 58 + 650 / 2
+    assert "path splits at step 1" in "".join(later.itertext())
+    same = prompt_chart(p, p, split=1, path_split=1)  # control: the split is the first divergence, marked once
+    assert "cpath" not in same
