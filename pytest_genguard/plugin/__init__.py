@@ -23,7 +23,7 @@ pytest.register_assert_rewrite(
 )
 
 from pytest_genguard.core import events, tolerances  # noqa: E402
-from pytest_genguard.plugin import distributed, keep  # noqa: E402
+from pytest_genguard.plugin import distributed, keep, pending  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
     genguard_devices,
@@ -63,6 +63,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="retrain genguard_finetune models instead of using the cache.",
     )
     group.addoption("--genguard-report", metavar="PATH", default=None, help="write a self-contained HTML report.")
+    group.addoption(
+        "--genguard-no-pending",
+        action="store_true",
+        default=False,
+        help="keep no new traces of failed comparisons for `genguard review` (CI, where nobody reviews them: "
+        "verify() then records nothing more).",
+    )
     group.addoption(
         "--genguard-record-reference",
         metavar="DIR",
@@ -229,6 +236,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # events of a fixture that failed or skipped too (a pin it loaded is a pin in use)
     if report.when == "call" or (report.when == "setup" and not report.passed):
         collected = item.stash.get(EVENTS_KEY, [])
+        pending.settle(item, report, collected)  # a test that did not fail keeps no trace for review
         if collected:  # as JSON-able dicts: pytest-xdist sends them from the workers
             report.user_properties.append((USER_PROPERTY, [events.to_json(e) for e in collected]))
     return report

@@ -18,7 +18,6 @@ Every assertion emits one ``snapshot`` event (`pytest_genguard.core.events.Check
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +25,7 @@ import pytest
 
 from pytest_genguard.core import events
 from pytest_genguard.core.budget import FidelityReport
+from pytest_genguard.core.change import Change, change_of
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import Outcome, dump_document, parse_document
@@ -37,7 +37,7 @@ from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf import record as recording_module  # looked up per call: tests replace record()
 from pytest_genguard.hf.environment import environment
-from pytest_genguard.plugin import distributed, gguf_check, server_check
+from pytest_genguard.plugin import distributed, gguf_check, pending, server_check
 from pytest_genguard.plugin.fidelity_marker import Judged, between_traces, marker_budget, with_model
 from pytest_genguard.plugin.reference import on_trace
 from pytest_genguard.plugin.settings import Settings, settings
@@ -55,9 +55,10 @@ from pytest_genguard.plugin.stores import (
     SharedStore,
     Store,
     Syrupy,
-    Written,
+    file_in_the_way,
     per_env_location,
     resolve_baseline,
+    write_by_rank_zero,
 )
 from pytest_genguard.plugin.subjects import Recording, Refused, Subject, Value, Verified
 
@@ -114,6 +115,7 @@ class GenguardSnapshot:
         self.last_source = ""
         self.last_comparison: Comparison | None = None  # of the last assertion, when both sides were read
         self.last_held = False  # the last assertion compared with a stored snapshot and held (the server is next)
+        self.last_pending: str | None = None  # the id of the new trace the last assertion kept for review
 
     def __repr__(self) -> str:
         if self.last_name:  # pytest shows the fixture in failure tracebacks: name the snapshot that was compared
@@ -228,8 +230,18 @@ class GenguardSnapshot:
             f"and run {command}, or record it with `assert record(...) == genguard_snapshot`"
         )
 
+    def _assert(self, subject: Subject, store: Store) -> bool:
+        """`_check`, then the pending trace of the file writes go to: kept by a failed comparison, else cleared."""
+        self.last_pending = None
+        try:
+            return self._check(subject, store)
+        finally:
+            if self.last_pending is None:
+                pending.clear(self._config, store.target)
+
     def _check(self, subject: Subject, store: Store) -> bool:
-        """The one decision path of every assertion: read, compare, decide whether to write, write or count, emit."""
+        """The one decision path of every assertion: read, compare, decide whether to write, write, keep the new
+        trace for review or count, emit."""
         extra: dict[str, Any] = {} if subject.via is None else {"via": subject.via}
         self.last_source, self.explanation, self.last_comparison = store.source, [], None
         self.last_held = False
@@ -269,12 +281,31 @@ class GenguardSnapshot:
             )
         detail = "\n".join(store.annotate(outcome.detail.splitlines()))
         fields: dict[str, Any] = {**store.fields(), **extra}
+        change = _change(subject, outcome)
+        if change is not None:
+            fields["change"] = change.to_json()
         if not outcome.ok and outcome.comparison is not None:
             fields.update(expected=outcome.comparison.expected.to_json(), actual=outcome.comparison.actual.to_json())
         store.count(subject.counted(), outcome.ok)
-        self._emit(outcome.verdict, detail, failure=not outcome.ok, **fields)
+        note = None
+        if not outcome.ok:  # a regression or a stale snapshot: its new trace kept for review
+            self.last_pending, note = pending.keep(
+                self._item,
+                subject,
+                store,
+                outcome,
+                stored or "",
+                change,
+                name=self.last_name,
+                allow_nonfinite=self.allow_nonfinite,
+                overrides=self.overrides,
+                per_env=self.per_env,
+            )
+        self._emit(outcome.verdict, detail, failure=not outcome.ok, pending=self.last_pending, **fields)
         if not outcome.ok:
             self.explanation = store.annotate(subject.explain(outcome, stored or ""))
+            if note is not None:  # second: pytest cuts long explanations from the end
+                self.explanation.insert(1, note)
         return outcome.ok
 
     def _write(
@@ -282,11 +313,11 @@ class GenguardSnapshot:
     ) -> bool:
         try:
             was = None if outcome is None else str(outcome.verdict)
-            written = _written(store, data, text, was)
+            written = write_by_rank_zero(store, data, text, was)
         except OSError as exc:
             target = store.source if not isinstance(store, BaselineStore) else store.base.own_source
             self.last_source = target
-            blocking = _file_in_the_way(self._config.rootpath / target)
+            blocking = file_in_the_way(self._config.rootpath / target)
             advice = (
                 "nothing was written (a snapshot already there is unchanged); make the folder writable (or free "
                 "space) and run the same command again"
@@ -353,7 +384,7 @@ class GenguardSnapshot:
             store = self._store(first.environment if first is not None else {})
         else:
             store = self._store(None)
-        ok = self._check(subject, store) and self._server(store)
+        ok = self._assert(subject, store) and self._server(store)
         self._reference(other, index)
         return ok
 
@@ -422,10 +453,10 @@ class GenguardSnapshot:
         )
         if self.budget is not None:  # the stored paths, teacher forced through the candidate: judged by the budget
             judged = Judged(subject, with_model(model, tokenizer, self.budget), lambda: None, subject.rerecord)
-            if not (self._check(judged, store) and self._server(store)):
+            if not (self._assert(judged, store) and self._server(store)):
                 raise AssertionError("\n".join(self.explanation))
             return judged.report if judged.report is not None else compare(subject.counted(), subject.counted())
-        if not (self._check(subject, store) and self._server(store)):
+        if not (self._assert(subject, store) and self._server(store)):
             raise AssertionError("\n".join(self.explanation))
         if subject.comparison is None:  # written (recorded for the first time): nothing was compared
             return compare(subject.counted(), subject.counted())
@@ -446,28 +477,6 @@ def assertrepr(op: str, left: object, right: object) -> list[str] | None:
     return None
 
 
-def _written(store: Store, data: Any, text: str, was: str | None) -> Written:
-    """`store.write`, by rank 0 alone under torchrun (`distributed.from_rank_zero`): the other ranks, which agreed on
-    the text, report what rank 0 wrote and let syrupy count the assertion as passed."""
-    written = distributed.from_rank_zero(lambda: store.write(data, text, was))
-    if not distributed.follower() and written is not None:
-        return written
-    if written is None:  # no process group to hear from rank 0: it writes what this rank would have written
-        own = store.base.own_source if isinstance(store, BaselineStore) else store.source
-        status = Status.UPDATED if store.own_exists else Status.CREATED
-        return Written(status, own, f"{status} {own} (written by rank 0)")
-    store.count(data, True)  # rank 0 has written it: syrupy reads it and counts a pass
-    return dataclasses.replace(written, detail=f"{written.detail} (written by rank 0)")
-
-
-def _file_in_the_way(path: Path) -> Path | None:
-    """The file standing where one of `path`'s folders should be (None when every existing ancestor is a folder)."""
-    for parent in path.parents:
-        if parent.exists():
-            return None if parent.is_dir() else parent
-    return None
-
-
 def _stored_trace(stored: str | None, source: str) -> GenerationTrace | None:
     """The stored snapshot's trace, for the deployed copies to be judged against (None: no file, a recorder history,
     or a file the test's own check already reported unreadable)."""
@@ -478,3 +487,14 @@ def _stored_trace(stored: str | None, source: str) -> GenerationTrace | None:
     except TraceFormatError:
         return None
     return document if isinstance(document, GenerationTrace) else None
+
+
+def _change(subject: Subject, outcome: Outcome) -> Change | None:
+    """What the comparison found changed, with the KLD where the check computed one (each step's value on failure,
+    for the report's pictures); None when nothing was compared."""
+    kld = subject.kld(per_step=not outcome.ok)
+    if outcome.comparison is not None:
+        return change_of(outcome.comparison, kld)
+    if kld is not None:  # a fidelity judgement of a model in process: its steps, no second trace
+        return Change(kld.prompts, (), outcome.summary, kld)
+    return None
