@@ -40,6 +40,7 @@ FIGURES: dict[str, tuple[str, str]] = {
     "large_vocab": ("benchmarks.large_vocab", "run"),
     "fidelity": ("benchmarks.fidelity", "run"),
     "real_model": ("benchmarks.real_model", "run"),
+    "offload": ("benchmarks.offload", "run"),
     "server_gate": ("benchmarks.server_gate", "run"),
     "suite": ("benchmarks.suite_time", "run"),
 }

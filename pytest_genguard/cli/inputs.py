@@ -7,13 +7,18 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from pytest_genguard.core.documents import parse_document
 from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.history import RecorderHistory
 from pytest_genguard.core.trace import GenerationTrace
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = [
     "EXIT_FAILED",
@@ -21,6 +26,7 @@ __all__ = [
     "EXIT_USAGE",
     "CliError",
     "Document",
+    "console",
     "find_trace_files",
     "load_document",
     "load_trace",
@@ -120,3 +126,14 @@ def tolerance(text: str) -> float:
     if not value >= 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0")
     return value
+
+
+def console(stream: IO[str] | None = None) -> Console:
+    """A rich console: colours only on a terminal and without NO_COLOR; wide tables when writing to a pipe."""
+    from rich.console import Console  # rich only where a command draws: `genguard diff` does without it
+
+    out = stream if stream is not None else sys.stdout
+    probe = Console(file=out)
+    width = None if probe.is_terminal or os.environ.get("COLUMNS") else 160
+    plain = bool(os.environ.get("NO_COLOR"))  # no colours and no bold/dim either: https://no-color.org
+    return Console(file=out, width=width, highlight=False, soft_wrap=False, color_system=None if plain else "auto")

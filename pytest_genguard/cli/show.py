@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from pytest_genguard.cli.inputs import EXIT_OK, CliError, load_document, load_trace
+from pytest_genguard.cli.inputs import EXIT_OK, CliError, console as make_console, load_document, load_trace
 from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.text import clean, display_token, quote
 from pytest_genguard.core.tolerances import dtype_default
@@ -20,17 +18,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 __all__ = ["add_arguments", "run", "show"]
-
-
-def _console(stream: IO[str] | None = None) -> Console:
-    """A rich console: colours only on a terminal and without NO_COLOR; wide tables when writing to a pipe."""
-    from rich.console import Console
-
-    out = stream if stream is not None else sys.stdout
-    probe = Console(file=out)
-    width = None if probe.is_terminal or os.environ.get("COLUMNS") else 160
-    plain = bool(os.environ.get("NO_COLOR"))  # no colours and no bold/dim either: https://no-color.org
-    return Console(file=out, width=width, highlight=False, soft_wrap=False, color_system=None if plain else "auto")
 
 
 def _fmt(value: float, digits: int = 4) -> str:
@@ -126,7 +113,7 @@ def show(
         count = min((len(t.prompts) for _, t in doc.traces), default=0)
         if not 0 <= prompt < count:
             raise CliError(f"--prompt {prompt}: {path} has {count} prompts (0 to {count - 1})")
-    console = _console(stream)
+    console = make_console(stream)
     console.print(Text(str(path), style="bold"))
     for label, trace in doc.traces:
         if label:

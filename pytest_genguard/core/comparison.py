@@ -281,8 +281,16 @@ def _row(mark: str, step: str, side: str, p: PromptTrace, s: int, vocab: dict[in
     return f"{mark:<2} {step:>5}  {side:<8}  {pad(token, 18)}  {margin:>7}  {topk}".rstrip()
 
 
-def window(cmp: Comparison, div: Divergence, radius: int = 2) -> list[str]:
-    """Steps `div.step` ± `radius` of the divergent prompt, expected above actual, divergent step marked ``>>``."""
+def window(
+    cmp: Comparison,
+    div: Divergence,
+    radius: int = 2,
+    *,
+    names: tuple[str, str] = ("expected", "actual"),
+    show: tuple[bool, bool] = (True, True),
+) -> list[str]:
+    """Steps `div.step` ± `radius` of the divergent prompt, expected above actual, divergent step marked ``>>``
+    (`names` label the sides, `show` picks them: `genguard review` shows "old" and "new", or one alone)."""
     pair = _pair_at(cmp, div.prompt_index)
     if pair is None:
         return [f"prompt {div.prompt_index}: traces not available ({div.detail})"]
@@ -298,8 +306,9 @@ def window(cmp: Comparison, div: Divergence, radius: int = 2) -> list[str]:
     lines.append(f"{'':<2} {'step':>5}  {'side':<8}  {pad('token', 18)}  {'margin':>7}  top-k (token:logprob)")
     for s in range(max(div.step - radius, 0), min(div.step + radius + 1, last)):
         mark = ">>" if s == div.step else ""
-        lines.append(_row(mark, str(s), "expected", e, s, vocab))
-        lines.append(_row(mark, "", "actual", a, s, vocab))
+        sides = [(name, p) for name, p, wanted in zip(names, (e, a), show, strict=True) if wanted]
+        for n, (name, p) in enumerate(sides):
+            lines.append(_row(mark, "" if n else str(s), name, p, s, vocab))
     if div.kind == "token" and div.expected_token_id != div.actual_token_id and div.step + 1 < last:
         lines.append(f"(the paths split at step {div.step}: later steps are shown, not compared)")
     return lines

@@ -56,7 +56,8 @@ class CheckEvent:
     Per-environment baselines add the trace's `environment_class`, the `baseline` compared with (a class, "shared
     fallback" or None) and its `baseline_file`; an updated snapshot adds what it `was` and the `changes` it accepted;
     a reference check adds the `reference` file, whether it was `bitwise`, the `environment_diff` and per-prompt
-    outcomes (`prompts`).
+    outcomes (`prompts`). A comparison adds what it found changed (`change`: `core.change.Change.to_json()`); a
+    failed one whose new trace was kept for review, the `pending` id (`genguard review --accept ID`).
     """
 
     kind: CheckKind
@@ -79,6 +80,8 @@ class CheckEvent:
     bitwise: bool | None = None
     environment_diff: tuple[tuple[str, JSONScalar, JSONScalar], ...] | None = None
     prompts: tuple[Mapping[str, Any], ...] | None = None
+    change: Mapping[str, Any] | None = None
+    pending: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ class PinEvent:
 
 Event = CheckEvent | InvariantEvent | RecordEvent | PinEvent
 
-_OPTIONAL = ("expected", "actual", "file", "via", "was", "reference", "bitwise")
+_OPTIONAL = ("expected", "actual", "file", "via", "was", "reference", "bitwise", "pending")
 
 
 def to_json(event: Event) -> dict[str, Any]:
@@ -179,6 +182,8 @@ def to_json(event: Event) -> dict[str, Any]:
         out["changes"] = list(event.changes)
     if event.prompts is not None:
         out["prompts"] = [dict(p) for p in event.prompts]
+    if event.change is not None:
+        out["change"] = dict(event.change)
     return out
 
 
@@ -206,6 +211,7 @@ def from_json(raw: Mapping[str, Any]) -> Event:
     diff = raw.get("environment_diff")
     prompts = raw.get("prompts")
     changes = raw.get("changes")
+    change = raw.get("change")
     return CheckEvent(
         kind="reference" if kind == "reference" else "verify" if kind == "verify" else "snapshot",
         verdict=verdict,
@@ -227,6 +233,8 @@ def from_json(raw: Mapping[str, Any]) -> Event:
         bitwise=None if raw.get("bitwise") is None else bool(raw.get("bitwise")),
         environment_diff=None if diff is None else tuple((str(k), o, n) for k, o, n in diff),
         prompts=None if prompts is None else tuple(dict(p) for p in prompts),
+        change=dict(change) if isinstance(change, Mapping) else None,
+        pending=_text(raw.get("pending")),
     )
 
 

@@ -34,6 +34,18 @@ def atomic_write_text(path: Path | str, text: str, *, errors: str = "strict", fs
         raise
 
 
+def write_snapshot(path: Path | str, text: str) -> None:
+    """Write a snapshot's text: the one write of every ``.genguard`` snapshot or baseline, by ``--snapshot-update``,
+    ``--genguard-update-stale`` and ``genguard review --accept`` alike, so accepting a pending trace gives the bytes a
+    run would have written. Surrogate-escaped bytes (a token that is not UTF-8 on its own) are written back as bytes."""
+    atomic_write_text(path, text, errors="surrogateescape")
+
+
+def text_bytes_sha256(text: str) -> str:
+    """The sha256 of the bytes `write_snapshot` writes for `text` (and that reading a snapshot decodes back to it)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
 def file_sha256(path: Path) -> str:
     """The sha256 of a file's bytes, read in 1 MiB chunks (cache entries and pins vouch for their files with it)."""
     digest = hashlib.sha256()

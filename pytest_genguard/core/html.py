@@ -22,10 +22,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_genguard.core.change import Kld, path_split
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.core.rule import Rule, StepRule, ValueKind
+from pytest_genguard.core.svg import KEY, SVG_CSS, kld_chart, prompt_chart
 from pytest_genguard.core.text import clean, display_token, quote
 from pytest_genguard.core.tolerances import dtype_default, same
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, Step
@@ -34,7 +36,8 @@ __all__ = ["DIVERGENCE", "Page", "TraceFile", "badge", "document", "escape", "re
 
 DIVERGENCE = "genguard-divergence"
 
-_CSS = """
+_CSS = (
+    """
 body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
 header{background:#1d2330;color:#fff;padding:14px 24px}header h1{margin:0;font-size:20px}
 header p{margin:4px 0 0;color:#c5cad3}main{padding:16px 24px}
@@ -64,7 +67,10 @@ body.hide-after tr.after,body.compact tr.early{display:none}tr.fold{display:none
 body.compact tr.fold{display:table-row}tr.fold td{color:#667;font-style:italic;background:#f6f7f9}
 tr.fragile td.m{color:#c62828;font-weight:600}
 .bar{margin:8px 0}.bar button{margin-right:8px}.muted{color:#667}
+ul.change{margin:4px 0 8px;padding-left:20px}
 """
+    + SVG_CSS
+)
 
 _JS = """
 window.addEventListener("error",function(e){document.body.setAttribute("data-genguard-error",String(e.message));});
@@ -216,6 +222,7 @@ class Page:
     """Builds one page; remembers whether the page-wide divergence id was handed out."""
 
     first_divergence_done: bool = False
+    key_done: bool = False
 
     def divergence_attrs(self, tolerated: bool) -> str:
         cls = DIVERGENCE + (" tol" if tolerated else "")
@@ -269,7 +276,15 @@ class Page:
         )
         if either is not None:  # a conversation: its messages, not the rendered text cut short
             head += "".join(f"<div class=muted>{escape(line)}</div>" for line in either.conversation_lines())
-        table = (
+        chart = prompt_chart(
+            e_p,
+            a_p,
+            split=None if div is None else div.step,
+            tolerated=div is not None and div.tolerated,
+            tie_tol=comparison.tolerances.tie_tol,
+            path_split=path_split(e_p, a_p),
+        )
+        table = chart + (
             "<table><tr><th>step</th><th>expected</th><th>expected top-k</th><th>actual</th><th>actual top-k</th>"
             "</tr>" + "".join(rows) + "</table>"
         )
@@ -303,13 +318,17 @@ class Page:
             'side within tolerance, <span class="lp x">red</span>: beyond it (hover for both values); dashed: not in '
             "the other side's top-k</p>"
         )
+        if not self.key_done:  # once a page: every picture is drawn alike
+            parts.append(f'<p class="muted key">{escape(KEY)}</p>')
+            self.key_done = True
         n = max(len(comparison.expected.prompts), len(comparison.actual.prompts))
         parts.extend(self.side_by_side(comparison, i) for i in range(n))
         return "".join(parts)
 
-    def fidelity(self, reference: GenerationTrace, candidate: GenerationTrace) -> str:
-        """A fidelity judgement (``@pytest.mark.genguard(fidelity=...)``): per prompt, each step's KLD lower bound
-        to the reference, Δp and whether the top-1 agrees (`core.fidelity.trace_fidelity`)."""
+    def fidelity(self, reference: GenerationTrace, candidate: GenerationTrace, kld: Kld | None = None) -> str:
+        """A fidelity judgement (``@pytest.mark.genguard(fidelity=...)``): per prompt, each step's KLD to the reference
+        drawn against the budget's KLD limits (`kld`: the judgement's own figures, exact with the model in process;
+        else the lower bound from the two traces), then each step's KLD, Δp and whether the top-1 agrees."""
         steps, _, _ = trace_fidelity(reference, candidate)
         texts = _texts(reference, candidate)
         parts = ['<p class="muted key">KLD ≥: KL(reference ‖ candidate), a lower bound from the recorded top-k</p>']
@@ -321,11 +340,28 @@ class Page:
                 for s in steps
                 if s.prompt == i
             ]
+            drawn = (
+                kld
+                if kld is not None and kld.per_step
+                else Kld(0, 0, 0, False, tuple((s.prompt, s.step, s.kld) for s in steps))
+            )
             parts.append(
-                f"<h3>prompt {i}: {escape(quote(p.prompt, 80))}</h3><table><tr><th>step</th><th>reference token</th>"
+                f"<h3>prompt {i}: {escape(quote(p.prompt, 80))}</h3>{self.kld_chart(drawn, i, kld)}"
+                "<table><tr><th>step</th><th>reference token</th>"
                 "<th>KLD ≥</th><th>Δp</th><th>same top-1</th></tr>" + "".join(rows) + "</table>"
             )
         return "".join(parts)
+
+    def kld_chart(self, drawn: Kld, prompt: int, judged: Kld | None = None) -> str:
+        """Prompt `prompt`'s KLD per step from `drawn`, against the limits of the judgement (`judged`)."""
+        per_step = [(s, k) for p, s, k in drawn.per_step if p == prompt]
+        limits = (judged or drawn).limits
+        return kld_chart(per_step, limits, exact=drawn.exact) if per_step else ""
+
+    def kld_only(self, kld: Kld) -> str:
+        """A fidelity judgement of a model in process (no candidate trace): each prompt's KLD per step."""
+        prompts = sorted({p for p, _, _ in kld.per_step})
+        return "".join(f"<h3>prompt {p}</h3>{self.kld_chart(kld, p)}" for p in prompts)
 
     def trace(self, trace: GenerationTrace) -> str:
         """One trace on its own (for `genguard report DIR`): metadata, then every prompt's path with its top-k."""
@@ -333,11 +369,17 @@ class Page:
         meta = [("model", trace.model.short() + f" ({trace.model.dtype})" if trace.model else "(none)")]
         if trace.tokenizer:
             meta.append(("tokenizer", f"{trace.tokenizer.name} {trace.tokenizer.hash[:12]}"))
-        meta += [(f"settings.{k}", _scalar(v)) for k, v in sorted(trace.settings.items())]
+        meta += [(f"settings.{k}", _scalar(v)) for k, v in sorted(trace.settings.items()) if v is not None]
+        unset = sorted(f"settings.{k}" for k, v in trace.settings.items() if v is None)
         meta += [(f"environment.{k}", _scalar(v)) for k, v in sorted(trace.environment.items())]
         parts = [
             "<table>" + "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in meta) + "</table>"
         ]
+        if unset:  # what is not set folds away: the settings that are make the trace
+            parts.append(
+                f"<details><summary>{len(unset)} settings unset</summary><p class=muted>"
+                f"{escape(', '.join(unset))}</p></details>"
+            )
         texts = _texts(trace)
         for i, p in enumerate(trace.prompts):
             rows = []

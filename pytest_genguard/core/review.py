@@ -3,22 +3,26 @@
 - NaN or inf in a trace is a numerical fault, not a behaviour to freeze: the comparison rule treats NaN as equal to
   NaN, so a broken model would pass against its own broken snapshot as "identical". `nonfinite_values` finds them
   (per prompt and step), `nonfinite_message` says what to do; ``@pytest.mark.genguard(allow_nonfinite=True)`` opts in.
-- Re-recording (``--genguard-update-stale``, ``--snapshot-update``) is allowed but never silent: `accepted_changes`
-  says what the new snapshot changed compared with the old one, for the terminal summary.
+- Re-recording (``--genguard-update-stale``, ``--snapshot-update``, ``genguard review --accept``) is allowed but never
+  silent: `accepted_changes` says what the new snapshot changed compared with the old one, and `changed_lines` lays it
+  out the same way for the terminal summary and for `genguard review`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from pytest_genguard.core.change import path_split
 from pytest_genguard.core.comparison import describe
 from pytest_genguard.core.documents import Outcome, history_of
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.text_diff import prompt_difference
-from pytest_genguard.core.trace import GenerationTrace
+from pytest_genguard.core.trace import GenerationTrace, PromptTrace
+from pytest_genguard.core.verdict import Divergence
 
-__all__ = ["accepted_changes", "nonfinite_message", "nonfinite_values"]
+__all__ = ["accepted_changes", "changed_lines", "nonfinite_message", "nonfinite_values"]
 
 _NONFINITE_SHOWN = 10
 
@@ -59,12 +63,18 @@ def nonfinite_values(value: Any) -> tuple[int, list[str]]:
 
 
 def nonfinite_message(
-    name: str, source: str, count: int, where: list[str], *, received: str = "the trace"
+    name: str,
+    source: str,
+    count: int,
+    where: list[str],
+    *,
+    received: str = "the trace",
+    outcome: str = "it was neither recorded nor compared",
 ) -> list[str]:
     """The failure text for non-finite values without the opt-in: what, where, why it matters, what to do."""
     lines = [
         f"genguard snapshot {name!r} ({source}): {received} holds {_count(count)} (NaN or inf), first at "
-        f"{where[0]}; it was neither recorded nor compared",
+        f"{where[0]}; {outcome}",
         "NaN or inf logprobs mean a numerical fault (an overflow in float16, a fully masked row, a bad weight): fix "
         "the model, or, if they are expected, mark the test @pytest.mark.genguard(allow_nonfinite=True)",
         "non-finite values at:",
@@ -98,7 +108,7 @@ def accepted_changes(outcome: Outcome) -> list[str]:
             lines.append(f"prompt {i} replaced: {prompt_difference(old[i], new[i])} (not compared)")
             continue
         div = divergences.get(i)
-        changed = [describe(cmp, div)] if div is not None else []
+        changed = [describe(cmp, div) + _later_split(old[i], new[i], div)] if div is not None else []
         if old[i].finish_reason != new[i].finish_reason and (
             div is None or div.kind not in ("length", "finish_reason")
         ):
@@ -109,3 +119,18 @@ def accepted_changes(outcome: Outcome) -> list[str]:
     if unchanged:
         lines.append(f"{unchanged} prompt{'' if unchanged == 1 else 's'} unchanged (same tokens and finish reasons)")
     return lines
+
+
+def changed_lines(who: str, was: str | None, changes: Sequence[str]) -> list[str]:
+    """A re-recorded snapshot as the summary lists it: ``<who> (was stale)``, then what it changed, indented."""
+    return [f"{who} ({f'was {was}' if was else 're-recorded'})", *(f"  {change}" for change in changes)]
+
+
+def _later_split(old: PromptTrace, new: PromptTrace, div: Divergence) -> str:
+    """``; its path splits at step 7: ' Paris' -> ' the'`` when a value drifted first (the rule stops there)."""
+    if div.kind == "token":
+        return ""
+    step = path_split(old, new)
+    if step is None:
+        return ""
+    return f"; its path splits at step {step}: {quote(old.steps[step].token, 16)} -> {quote(new.steps[step].token, 16)}"

@@ -1,33 +1,24 @@
 """What a process read from a file, kept per state of the file: a GGUF is read whole by gguf-py's reader (seconds for
 a real model's vocabulary) while a test session, or ``pytest --genguard-gguf``, asks the same few files again and
-again. The key is a file's identity and state (device, inode, size, modification and change times): an edit in place,
-a copy over it or a new file under the name is another state, so it is read again. One rule for every such reader,
-`gguf_metadata.read_metadata` and `gguf_transformers.gguf_config_and_tokenizer`.
+again. The key is a file's identity and state (`core.file_states`: device, inode, size, modification and change
+times): an edit in place, a copy over it or a new file under the name is another state, so it is read again. One rule
+for every such reader, `gguf_metadata.read_metadata` and `gguf_transformers.gguf_config_and_tokenizer`.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
 
-__all__ = ["RACY_NS", "KeptPerState"]
+from pytest_genguard.core.file_states import FileState, file_state, settled
+
+__all__ = ["KeptPerState"]
 
 T = TypeVar("T")
 
-RACY_NS = 2_000_000_000
-"""A file written this recently is read again at every call (as git treats a "racily clean" file): a write in the
-same tick of the file system's clock (a few milliseconds) as the one the kept state saw would leave its stat alone."""
-
-State = tuple[tuple[int, ...], ...]
-
-
-def _file_state(path: Path) -> tuple[int, ...]:
-    """`path`'s identity and state: device, inode, size, modification and change times (nanoseconds)."""
-    st = path.stat()
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+State = tuple[FileState, ...]
 
 
 @dataclass
@@ -39,15 +30,15 @@ class KeptPerState(Generic[T]):
 
     def get(self, path: Path, read: Callable[[], T], *, also: Sequence[Path] = ()) -> T:
         """`read()`'s value for `path` as it is now (and `also`: other files or folders the value depends on): kept
-        while their states stay; not kept when one changed while it was read or within the last `RACY_NS`."""
+        while their states stay; not kept when one changed while it was read or within the last
+        `core.file_states.RACY_NS`."""
         paths = (path, *also)
-        state = tuple(_file_state(p) for p in paths)
+        state = tuple(file_state(p) for p in paths)
         kept = self._kept.get(path)
         if kept is not None and kept[0] == state:
             return kept[1]
         value = read()
-        newest = max(max(s[3:]) for s in state)
-        if tuple(_file_state(p) for p in paths) == state and time.time_ns() - newest > RACY_NS:
+        if tuple(file_state(p) for p in paths) == state and settled(state):
             self._kept.pop(path, None)
             self._kept[path] = (state, value)
             while len(self._kept) > self.size:

@@ -164,14 +164,15 @@ def inference(
 
 
 @contextlib.contextmanager
-def seeded(seed: int | None, device: torch.device) -> Iterator[None]:
-    """Seed torch for the block without disturbing the caller's RNG streams (a no-op for seed=None)."""
+def seeded(seed: int | None, device: torch.device | Sequence[torch.device]) -> Iterator[None]:
+    """Seed torch for the block without disturbing the caller's RNG streams (a no-op for seed=None); `device`: where
+    the model computes (every CUDA device of a model dispatched over several, whose streams manual_seed resets)."""
     import torch
 
     if seed is None:
         yield
         return
-    devices = [device] if device.type == "cuda" else []
+    devices = [d for d in ([device] if isinstance(device, torch.device) else device) if d.type == "cuda"]
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         yield

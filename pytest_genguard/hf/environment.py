@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.environments import LIBRARY_FIELDS, LOGPROBS_FIELD, SCORES_FIELD
 from pytest_genguard.core.jsontext import JSONScalar
+from pytest_genguard.hf import offload, tensor_parallel
 from pytest_genguard.hf.fingerprint import model_dtype
 from pytest_genguard.hf.weights_hash import has_parameters
 
@@ -45,12 +46,15 @@ _OLD_NAMES = {"NO AVX": "DEFAULT"}
 
 
 def model_device(model: Any) -> torch.device:
-    """Where `model` computes: its parameters' device, else its `device` attribute (optimum's ONNX Runtime /
-    OpenVINO models have no parameters), else the CPU."""
+    """Where `model`'s inputs go: for a model accelerate dispatched (a device map, offload) the device its first
+    layer computes on (`hf.offload.input_device`), else its parameters' device, else its `device` attribute
+    (optimum's ONNX Runtime / OpenVINO models have no parameters), else the CPU."""
     import torch
 
     if has_parameters(model):
-        return next(model.parameters()).device  # type: ignore[no-any-return]
+        first: torch.device = next(model.parameters()).device
+        dispatched = first.type == "meta" or getattr(model, "hf_device_map", None)
+        return (offload.input_device(model) or first) if dispatched else first
     return torch.device(str(getattr(model, "device", "cpu")))
 
 
@@ -109,6 +113,9 @@ def environment(
     if model is not None:
         fields["dtype"] = model_dtype(model)
         fields["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
+        ranks = tensor_parallel.world_size(model)
+        if ranks is not None:  # its all-reduces sum in another order than one process: not bitwise comparable
+            fields["tensor_parallel"] = ranks
     if dev.type == "cuda":
         fields.update(_cuda_fields(t, dev))
     return fields

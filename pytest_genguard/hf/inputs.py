@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.text import quote
 from pytest_genguard.core.validation import integer, short
+from pytest_genguard.hf import offload, tensor_parallel
 from pytest_genguard.hf.environment import cuda_unavailable_reason
 from pytest_genguard.hf.weights_hash import has_parameters, weights_folder
 
@@ -169,8 +170,9 @@ def check_generation_config(config: GenerationConfig) -> None:
 
 
 def check_model(model: PreTrainedModel) -> None:
-    """A model whose weights are on the meta device has no numbers to generate with; a model without torch
-    parameters (optimum's ONNX Runtime / OpenVINO classes) is known by its files, so it needs a folder of them."""
+    """A model whose weights are on the meta device, and that accelerate's hooks do not hold either (offload), has no
+    numbers to generate with; a model without torch parameters (optimum's ONNX Runtime / OpenVINO classes) is known by
+    its files, so it needs a folder of them."""
     if not has_parameters(model):
         if weights_folder(model) is None:
             raise ValueError(
@@ -179,10 +181,20 @@ def check_model(model: PreTrainedModel) -> None:
                 "from a folder (from_pretrained(folder))."
             )
         return
-    if any(p.is_meta for p in model.parameters()):
+    tensor_parallel.check_heads(model, "record()")
+    if not any(p.is_meta for p in model.parameters()):
+        return
+    # accelerate's offload keeps weights on the meta device too, with their data in its hooks (`hf.offload`): those
+    # are weights; a meta weight no hook holds has no data anywhere.
+    missing = offload.unheld(model, model.state_dict(keep_vars=True))
+    if missing:
         raise ValueError(
-            f"record(): the model ({type(model).__name__}) has weights on the meta device (shapes without data); "
-            "load real weights first (from_pretrained(...), or to_empty(device=...) and load_state_dict(...))."
+            f"record(): the model ({type(model).__name__}) has weights on the meta device (shapes without data) "
+            f"that no accelerate hook holds either: {len(missing)} weight(s) with no data anywhere "
+            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); an offloaded model's meta weights are "
+            "read from its offload folder, checkpoint or CPU state dict, these are not. Load real weights first "
+            "(from_pretrained(...), with device_map=... and offload_folder=... to offload, or to_empty(device=...) "
+            "and load_state_dict(...))."
         )
 
 

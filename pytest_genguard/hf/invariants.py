@@ -27,6 +27,7 @@ from pytest_genguard.core.tolerances import EXACT, Tolerances
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace, dumps
 from pytest_genguard.core.validation import prompt_list
 from pytest_genguard.hf._generation import decoding
+from pytest_genguard.hf.environment import model_device
 from pytest_genguard.hf.record import generate_from_ids, record
 from pytest_genguard.hf.tiny import corpus_texts
 
@@ -111,7 +112,7 @@ def assert_deterministic(
     if runs < 2:
         raise ValueError(f"{name}: runs must be >= 2 to compare anything, got {runs}")
     mode, sampling = decoding(model, tokenizer, generate_kwargs)
-    device = next(model.parameters()).device
+    device = model_device(model)
     traces = []
     for run in range(runs):
         with _rng_state(10_007 * (run + 1) + seed, device):

@@ -32,6 +32,7 @@ from pytest_genguard.core.fidelity import StepFidelity, aggregate
 from pytest_genguard.core.long_context import ProbeInfo
 from pytest_genguard.hf._generation import inference
 from pytest_genguard.hf.cache import CacheCorrupt, cache_key, default_cache_dir, fetch
+from pytest_genguard.hf.environment import model_device
 from pytest_genguard.hf.full_vocabulary import exact_steps
 from pytest_genguard.hf.reference_copies import reference_copy
 from pytest_genguard.hf.weights_hash import weights_hash
@@ -129,7 +130,7 @@ def model_chunks(model: PreTrainedModel, chunk: int = CHUNK) -> ProbeLogits:
         import torch
         from transformers import DynamicCache
 
-        device = next(model.parameters()).device
+        device = model_device(model)
         cache = DynamicCache(config=model.config)
         # the forward's cache argument: `cache` since transformers 5.24, `past_key_values` before
         name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

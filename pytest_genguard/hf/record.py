@@ -20,7 +20,7 @@ from pytest_genguard.core import validation
 from pytest_genguard.core.events import FragileStep, RecordEvent, emit
 from pytest_genguard.core.tolerances import tolerances_in_force
 from pytest_genguard.core.trace import GenerationTrace
-from pytest_genguard.hf import inputs as checks, prompt_forms
+from pytest_genguard.hf import inputs as checks, offload, prompt_forms
 from pytest_genguard.hf._generation import (
     SETTING_KEYS,
     alternative_texts,
@@ -207,7 +207,7 @@ def _generate(
         if batch.decoder_rows is not None:
             inputs["decoder_input_ids"] = torch.tensor([list(r) for r in batch.decoder_rows], device=device)
             start = inputs["decoder_input_ids"].shape[1]
-        with seeded(call.seed, device), length_clash_muted():
+        with seeded(call.seed, [device, *offload.cuda_devices(model)]), length_clash_muted():
             out = model.generate(**inputs, generation_config=prepared.config, **prepared.model_kwargs)
         steps = collect_steps(out, len(call.prompts), call.top_k)
         fingerprint = model_fingerprint(model)

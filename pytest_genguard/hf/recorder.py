@@ -10,7 +10,8 @@ The evaluated examples come from the callback kwargs' `eval_dataloader`, never f
 calls that hook without the batch (`on_prediction_step(args, state, control, **kwargs)`, transformers 4.57 and 5.x
 alike), so a callback written as `on_prediction_step(self, ..., inputs, **kw)` never sees its inputs.
 
-The recorder must not change the training it watches: it records on the main process only, in eval mode under
+The recorder must not change the training it watches: it records on the main process only (a tensor-parallel model
+on every rank, whose forward pass needs them all; the main process keeps the trace), in eval mode under
 no_grad (`record()` restores the previous mode), with a copy of the generation config, and with every RNG stream
 (python, numpy, torch CPU and CUDA, and the evaluation DataLoader's own generators) saved and restored, so the
 weights after training are bitwise identical with and without it, sampling probes and eval recordings included.
@@ -31,7 +32,7 @@ from pytest_genguard.core import validation
 from pytest_genguard.core.errors import GenguardTrainingWarning
 from pytest_genguard.core.history import Checkpoint, RecorderHistory
 from pytest_genguard.core.repetition import find_repetition
-from pytest_genguard.hf import prompt_forms
+from pytest_genguard.hf import prompt_forms, tensor_parallel
 from pytest_genguard.hf._generation import decoding
 from pytest_genguard.hf.environment import training_libraries
 from pytest_genguard.hf.inputs import check_seeded
@@ -214,9 +215,11 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
     def _record(
         self, state: TrainerState, control: TrainerControl, kwargs: dict[str, Any], event: str, *, examples: bool
     ) -> None:
-        if not state.is_world_process_zero:
-            return
         model: PreTrainedModel | None = kwargs.get("model")
+        # A tensor-parallel model's forward pass needs every rank: they all record, the main process keeps it.
+        every_rank = model is not None and tensor_parallel.world_size(model) is not None
+        if not state.is_world_process_zero and not every_rank:
+            return
         if model is None:
             raise ValueError(
                 f"GenerationRecorder: the Trainer passed no model to the {event!r} callback; use the recorder "
@@ -230,6 +233,8 @@ class GenerationRecorder(TrainerCallback):  # type: ignore[misc]
             if not rows and not self.prompts:
                 return  # an empty evaluation set and no probes: nothing was generated
             trace = self._generate(model, tokenizer, rows)
+        if not state.is_world_process_zero:
+            return
         if self._identity is not None and trace.model is not None and trace.model.recipe is None:
             trace = replace(trace, model=replace(trace.model, recipe=self._identity))
         trace = replace(trace, environment={**trace.environment, **training_libraries()})

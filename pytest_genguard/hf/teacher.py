@@ -26,7 +26,7 @@ from pytest_genguard.hf._generation import (
     int_setting,
     token_texts,
 )
-from pytest_genguard.hf.environment import environment
+from pytest_genguard.hf.environment import environment, model_device
 from pytest_genguard.hf.fingerprint import model_fingerprint
 from pytest_genguard.hf.forced_processors import apply_along_path
 from pytest_genguard.hf.rebuilt_processors import build_processors, model_eos_ids
@@ -104,7 +104,7 @@ def _forward(
     """One forward pass over prompt + recorded path for the whole batch (through `engine` when one is given)."""
     import torch
 
-    device = next(model.parameters()).device
+    device = model_device(model)
     prompt_pad, gen_pad = _pad_ids(model, tokenizer)
     batch = len(trace.prompts)
     paths = torch.full((batch, steps), gen_pad, dtype=torch.long)
@@ -277,7 +277,7 @@ def teacher_force_with_preferences(
         prompts.append(forced)
         if preference is not None:
             preferences.append(preference)
-    device = next(model.parameters()).device
+    device = model_device(model)
     actual = GenerationTrace(
         prompts=tuple(prompts),
         settings=dict(trace.settings),

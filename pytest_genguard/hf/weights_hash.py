@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.files import file_sha256
-from pytest_genguard.hf import weights_watch
+from pytest_genguard.hf import offload, tensor_parallel, weights_watch
 
 if TYPE_CHECKING:
     import torch
@@ -39,18 +39,32 @@ def weights_hash(model: PreTrainedModel, *, cached: bool = True) -> str:
     import torch
 
     state = model.state_dict(keep_vars=True)
+    # accelerate's offloaded weights (meta parameters) are read from where its hooks hold them, one at a time; the
+    # watch sees the tensors held in memory and the state of the files the others are read from.
+    away = offload.offloaded(model, state)
+    hashed: dict[str, Any] = {**state, **away}
+    watched = {
+        n: (away[n].held if n in away else t) for n, t in state.items() if n not in away or away[n].held is not None
+    }
+    files = offload.watch_key(away.values()) if away else ()
+    # A tensor-parallel model's ranks watch their own shards, and agree whether all of them hit (`agreed` below).
+    sharded = any(tensor_parallel.is_dtensor(t) for t in watched.values())
+    if sharded:
+        watched = tensor_parallel.local_shards(watched)
     # Only plain tensors can be watched: torch's quantized modules (`quantize_dynamic`) keep their weights packed and
     # write them into the state dict as a (weight, bias) tuple unpacked anew on every call, and a tensor subclass
     # (torchao's Int8Tensor) keeps its data in inner tensors the watch does not see: such models are hashed anew.
     plain = (torch.Tensor, torch.nn.Parameter)
-    watchable = all(type(t) in plain and not t.is_quantized for t in state.values())
-    if cached and watchable:
-        digest = weights_watch.lookup(model, state)
+    watchable = all(type(t) in plain and not t.is_quantized for t in watched.values())
+    if cached and watchable and files is not None:
+        digest = weights_watch.lookup(model, watched, files)
+        if sharded and not tensor_parallel.agreed(state, digest is not None):
+            digest = None  # another rank's shard changed: every rank hashes again (its all-gathers need them all)
         if digest is not None:
             return digest
-    digest = state_dict_sha256(state)
-    if watchable:
-        weights_watch.remember(model, state, digest)
+    digest = state_dict_sha256(hashed)
+    if watchable and files is not None:
+        weights_watch.remember(model, watched, digest, files)
     else:
         weights_watch.forget(model)
     return digest
@@ -83,6 +97,10 @@ def state_dict_sha256(state: Mapping[str, Any]) -> str:
 def _hash_entry(digest: Any, name: str, value: Any) -> None:
     import torch
 
+    if isinstance(value, offload.Offloaded):  # read from where accelerate's hook holds it, hashed as in memory
+        value = value.read()
+    if tensor_parallel.is_dtensor(value):  # a tensor-parallel shard: the whole weight, as in one process
+        value = tensor_parallel.whole(value)
     if isinstance(value, (tuple, list)):
         for i, item in enumerate(value):
             _hash_entry(digest, f"{name}.{i}", item)
@@ -164,9 +182,10 @@ def files_weights_hash(folder: Path) -> str:
 
 
 def parameter_count(model: PreTrainedModel) -> int:
-    """The model's parameters, and the weights torch's quantized modules pack outside them (`quantize_dynamic`'s
-    Linear keeps its weight and bias in ``_packed_params``, read through its ``weight()`` and ``bias()`` methods)."""
-    count = sum(p.numel() for p in model.parameters())
+    """The model's parameters (a tied pair once, also where accelerate's hooks untied it: `offload.untied`), and the
+    weights torch's quantized modules pack outside them (`quantize_dynamic`'s Linear keeps its weight and bias in
+    ``_packed_params``, read through its ``weight()`` and ``bias()`` methods)."""
+    count = sum(p.numel() for p in model.parameters()) - offload.untied(model)
     for module in model.modules():
         if hasattr(module, "_packed_params") and callable(getattr(module, "weight", None)):
             bias = module.bias() if callable(getattr(module, "bias", None)) else None

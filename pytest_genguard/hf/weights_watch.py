@@ -58,6 +58,7 @@ class _Watch:
     samples: tuple[torch.Tensor, ...]  # the sampled elements as integers, one tensor per (device, dtype) group
     optimizer_steps: int
     digest: str
+    files: tuple[Any, ...] = ()  # the files offloaded weights are read from, in their states (`hf.offload.watch_key`)
 
 
 _WATCHES: dict[int, _Watch] = {}
@@ -134,14 +135,16 @@ def _alive(watch: _Watch, model: Any) -> bool:
     return watch.model() is model
 
 
-def lookup(model: Any, state: Mapping[str, torch.Tensor]) -> str | None:
+def lookup(model: Any, state: Mapping[str, torch.Tensor], files: tuple[Any, ...] = ()) -> str | None:
     """The digest remembered for `model` if none of the tensors in `state` (its `state_dict(keep_vars=True)`) changed
-    since, else None."""
+    since, and `files` (the offloaded weights' files in their states) are as remembered, else None."""
     import torch
 
     with _LOCK:
         watch = _WATCHES.get(id(model))
     if watch is None or not _alive(watch, model) or watch.optimizer_steps != _optimizer_steps:
+        return None
+    if watch.files != files:
         return None
     if tuple(state) != watch.names:
         return None
@@ -160,9 +163,9 @@ def lookup(model: Any, state: Mapping[str, torch.Tensor]) -> str | None:
     return watch.digest
 
 
-def remember(model: Any, state: Mapping[str, torch.Tensor], digest: str) -> None:
-    """Remember `digest` as the weights hash of `model` in `state`; a model whose tensors cannot be watched is not
-    remembered (it is hashed again on every call)."""
+def remember(model: Any, state: Mapping[str, torch.Tensor], digest: str, files: tuple[Any, ...] = ()) -> None:
+    """Remember `digest` as the weights hash of `model` in `state` (and `files`, see `lookup`); a model whose tensors
+    cannot be watched is not remembered (it is hashed again on every call)."""
     _hook_optimizers()
     steps = _optimizer_steps  # before reading the tensors: a step from here on is a change
     tensors = list(state.values())
@@ -174,7 +177,13 @@ def remember(model: Any, state: Mapping[str, torch.Tensor], digest: str) -> None
         forget(model)
         return
     watch = _Watch(
-        model=ref, names=tuple(state), entries=entries, samples=samples, optimizer_steps=steps, digest=digest
+        model=ref,
+        names=tuple(state),
+        entries=entries,
+        samples=samples,
+        optimizer_steps=steps,
+        digest=digest,
+        files=files,
     )
     with _LOCK:
         # Models collected since are dropped here rather than from a weakref callback, which the garbage collector

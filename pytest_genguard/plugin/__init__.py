@@ -23,9 +23,10 @@ pytest.register_assert_rewrite(
 )
 
 from pytest_genguard.core import events, tolerances  # noqa: E402
-from pytest_genguard.plugin import keep, offline  # noqa: E402
+from pytest_genguard.plugin import distributed, keep, offline, pending  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
+    genguard_devices,
     genguard_engine,
     genguard_finetune,
     genguard_snapshot,
@@ -62,6 +63,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="retrain genguard_finetune models instead of using the cache.",
     )
     group.addoption("--genguard-report", metavar="PATH", default=None, help="write a self-contained HTML report.")
+    group.addoption(
+        "--genguard-no-pending",
+        action="store_true",
+        default=False,
+        help="keep no new traces of failed comparisons for `genguard review` (CI, where nobody reviews them: "
+        "verify() then records nothing more).",
+    )
     group.addoption(
         "--genguard-record-reference",
         metavar="DIR",
@@ -150,6 +158,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "genguard_gpu: needs CUDA; runs only with --genguard-gpu (skipped with a reason otherwise)."
     )
     current = settings_from_config(config)  # a bad value stops here (exit 4), before any snapshot is touched
+    current = distributed.configure(config, current)  # under torchrun, the ranks but 0 judge and never write
     config.stash[SETTINGS_KEY] = current
     config.stash[TALLY_KEY] = Tally()
     keep.configure(config)  # what --snapshot-update may delete
@@ -177,6 +186,11 @@ class _WithoutSyrupy:
             "disabled it (-p no:syrupy): drop -p no:syrupy from the command line, addopts or PYTEST_ADDOPTS",
             pytrace=False,
         )
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    distributed.finish()  # under torchrun: every rank has written and printed before any exits
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -226,6 +240,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # events of a fixture that failed or skipped too (a pin it loaded is a pin in use)
     if report.when == "call" or (report.when == "setup" and not report.passed):
         collected = item.stash.get(EVENTS_KEY, [])
+        pending.settle(item, report, collected)  # a test that did not fail keeps no trace for review
         if collected:  # as JSON-able dicts: pytest-xdist sends them from the workers
             report.user_properties.append((USER_PROPERTY, [events.to_json(e) for e in collected]))
     return report

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_genguard.core.budget import Budget, FidelityReport, budget_of, traces_report
+from pytest_genguard.core.change import Kld, kld_of
 from pytest_genguard.core.compare import Fingerprints, compare
 from pytest_genguard.core.comparison import render
 from pytest_genguard.core.documents import Outcome, stored_trace
@@ -109,3 +110,11 @@ class Judged:
 
     def changes(self, outcome: Outcome, data: Any) -> list[str]:
         return self.inner.changes(outcome, data)
+
+    def kld(self, *, per_step: bool) -> Kld | None:
+        """The judgement's KLD (exact with the model in process, else a lower bound) and the budget's KLD limits."""
+        report = self.report
+        if report is None or not report.steps:
+            return None
+        limits = report.budget.limits() if report.budget is not None else {}
+        return kld_of(report.steps, limits=limits, per_step=per_step)

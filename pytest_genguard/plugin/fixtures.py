@@ -26,6 +26,15 @@ def genguard_device(pytestconfig: pytest.Config) -> torch.device:
 
 
 @pytest.fixture(scope="session")
+def genguard_devices(pytestconfig: pytest.Config) -> list[torch.device]:
+    """The devices to dispatch a model over (``device_map``, ``max_memory``): this worker's GPUs with --genguard-gpu
+    (its `genguard_device` first, no GPU shared with another worker while there are enough), else ``[cpu]``."""
+    from pytest_genguard.plugin.gpu import devices_for
+
+    return devices_for(pytestconfig)
+
+
+@pytest.fixture(scope="session")
 def genguard_tokenizer() -> PreTrainedTokenizerFast:
     """The shipped tiny byte-level BPE tokenizer (offline)."""
     from pytest_genguard.hf.tiny import tiny_tokenizer
@@ -65,4 +74,11 @@ def genguard_engine(pytestconfig: pytest.Config) -> Callable[..., Engine]:
     return genguard_engine
 
 
-__all__ = ["genguard_device", "genguard_engine", "genguard_finetune", "genguard_snapshot", "genguard_tokenizer"]
+__all__ = [
+    "genguard_device",
+    "genguard_devices",
+    "genguard_engine",
+    "genguard_finetune",
+    "genguard_snapshot",
+    "genguard_tokenizer",
+]

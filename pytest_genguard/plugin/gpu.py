@@ -1,4 +1,5 @@
-"""GPU mode (`--genguard-gpu`): CUDA checks, deterministic setup, the xdist worker -> GPU mapping, the header.
+"""GPU mode (`--genguard-gpu`): CUDA checks, deterministic setup, the xdist worker (or torchrun rank) -> GPU mapping,
+the header.
 
 Decoding on CUDA is reproducible run to run only in deterministic mode, and only if that mode is set up before CUDA
 initialises (cuBLAS reads `CUBLAS_WORKSPACE_CONFIG` when it creates its handles). So `configure_gpu()` runs in
@@ -22,6 +23,7 @@ import pytest
 
 from pytest_genguard.core.environments import device_class
 from pytest_genguard.hf.environment import cuda_unavailable_reason
+from pytest_genguard.plugin import distributed
 from pytest_genguard.plugin.settings import settings, worker_index
 
 if TYPE_CHECKING:
@@ -134,6 +136,19 @@ def gpu_for_worker(worker_index: int, device_count: int) -> int:
     return worker_index % device_count
 
 
+def gpus_for_worker(worker_index: int, device_count: int, workers: int) -> tuple[int, ...]:
+    """The GPUs an xdist worker may dispatch a model over (`device_map`, `max_memory`): its own (`gpu_for_worker`)
+    first, then every other GPU whose index is the worker's modulo the number of workers (gw1 of 2 workers on 4 GPUs:
+    1 and 3), so no two workers share one; with more workers than GPUs, its own one alone (shared, as its
+    `genguard_device` is)."""
+    own = gpu_for_worker(worker_index, device_count)
+    if workers < 1:
+        raise ValueError(f"gpus_for_worker: workers must be >= 1, got {workers}")
+    if workers > device_count:
+        return (own,)
+    return (own, *(g for g in range(device_count) if g % workers == worker_index % workers and g != own))
+
+
 def prepare_gpu(torch_mod: Any, worker_index: int, environ: MutableMapping[str, str] | None = None) -> GpuSetup:
     """The whole of GPU mode's start: the CUDA check, deterministic setup, then this worker's device.
 
@@ -168,9 +183,16 @@ def configure_gpu(config: pytest.Config, torch_mod: Any = None) -> GpuSetup:
     """`pytest_configure` for --genguard-gpu: set up and stash this process's `GpuSetup` (UsageError without CUDA)."""
     if torch_mod is None:
         import torch as torch_mod
-    setup = prepare_gpu(torch_mod, worker_index(config))
+    setup = prepare_gpu(torch_mod, placement(config)[0])
     config.stash[SETUP_KEY] = setup
     return setup
+
+
+def placement(config: pytest.Config) -> tuple[int, int]:
+    """(this process's index, how many share the GPUs): torchrun's local rank and ranks on the machine, else the xdist
+    worker's index and the workers (torchrun's ranks each take their own GPU, as transformers binds them)."""
+    ranks = distributed.local_rank()
+    return ranks if ranks is not None else (worker_index(config), worker_count(config))
 
 
 def format_header(setup: GpuSetup, xdist: bool) -> list[str]:
@@ -199,6 +221,29 @@ def header_lines(config: pytest.Config) -> list[str]:
         setup = configure_gpu(config)
     xdist = bool(getattr(config.option, "numprocesses", None))
     return format_header(setup, xdist)
+
+
+def worker_count(config: pytest.Config) -> int:
+    """How many xdist workers the run has (1 without xdist)."""
+    workerinput = getattr(config, "workerinput", None)
+    count = workerinput.get("workercount") if isinstance(workerinput, dict) else None
+    try:
+        return max(1, int(count if count is not None else os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError:
+        return 1
+
+
+def devices_for(config: pytest.Config) -> list[torch.device]:
+    """The devices genguard fixtures give a model dispatched over several (`genguard_devices`): this worker's GPUs in
+    GPU mode (`gpus_for_worker`, its `genguard_device` first), else the CPU."""
+    import torch
+
+    first = device_for(config)
+    setup = config.stash.get(SETUP_KEY, None)
+    if setup is None:
+        return [first]
+    index, sharing = placement(config)
+    return [torch.device(f"cuda:{i}") for i in gpus_for_worker(index, setup.device_count, sharing)]
 
 
 def device_for(config: pytest.Config) -> torch.device:

@@ -11,16 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from pytest_genguard.core.change import Change
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.errors import TraceFormatError
 from pytest_genguard.core.events import CheckEvent, InvariantEvent
 from pytest_genguard.core.files import atomic_write_text
 from pytest_genguard.core.html import Page, badge, document, escape, toolbar
+from pytest_genguard.core.markdown import embed
+from pytest_genguard.core.text import plural
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.plugin.settings import settings
-from pytest_genguard.plugin.tally import Tally, counts_lines
+from pytest_genguard.plugin.tally import Tally, counts_lines, run_summary
 
 __all__ = ["fix_command", "render_run_report", "report_target", "write_run_report"]
 
@@ -45,11 +48,20 @@ def _failure(page: Page, nodeid: str, event: CheckEvent | InvariantEvent, tolera
     command = fix_command(nodeid, event)
     if command is not None:
         parts.append(f'<p class="fix">{escape(command[0])}: <code>{escape(command[1])}</code></p>')
+    if isinstance(event, CheckEvent) and event.pending is not None:
+        parts.append(
+            '<p class="fix">or accept the new trace this run kept, without running the model again: '
+            f"<code>genguard review --accept {escape(event.pending)}</code></p>"
+        )
+    change = Change.from_json(event.change) if isinstance(event, CheckEvent) and event.change else None
+    kld = change.kld if change is not None else None
+    if isinstance(event, CheckEvent) and event.expected is None and kld is not None and kld.per_step:
+        parts.append(page.kld_only(kld))  # a model judged in process: its KLD per step, no second trace
     if isinstance(event, CheckEvent) and (event.expected is not None or event.actual is not None):
         expected = _parse(event.expected, f"{nodeid} (expected)")
         actual = _parse(event.actual, f"{nodeid} (actual)")
         if isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace) and event.via == "fidelity":
-            parts.append(page.fidelity(expected, actual))  # judged by a budget, not by the float rule
+            parts.append(page.fidelity(expected, actual, kld))  # judged by a budget, not by the float rule
         elif isinstance(expected, GenerationTrace) and isinstance(actual, GenerationTrace):
             # verify() compares values of a model on purpose: its fingerprints are not the verdict
             cmp = compare(expected, actual, check_fingerprints=event.kind != "verify", **tolerances.args())
@@ -91,11 +103,21 @@ def render_run_report(
     subtitle = escape(f"{context} {stamp}".strip())
     counts = "<br>".join(escape(line) for line in counts_lines(tally))
     if not tally.failures:
-        body = f'<section class="f"><h2>{badge("held")} all {checks} checks held</h2><p>{counts}</p></section>'
-        return document(title, subtitle, body)
-    body = f"<p><b>{len(tally.failures)} of {checks} checks failed.</b><br>{counts}</p>" + toolbar()
+        body = f'<section class="f"><h2>{badge("held")} all {checks} checks held</h2><p>{counts}</p>{_change(tally)}'
+        return document(title, subtitle, body + f"</section>{embed(run_summary(tally))}")
+    body = f"<p><b>{len(tally.failures)} of {checks} checks failed.</b><br>{counts}</p>" + _change(tally) + toolbar()
     body += "".join(_failure(page, nodeid, event, tolerances) for nodeid, event in tally.failures)
-    return document(title, subtitle, body)
+    return document(title, subtitle, body + embed(run_summary(tally)))
+
+
+def _change(tally: Tally) -> str:
+    """What the change did across the run (the summary's lines), and the pending traces' review command."""
+    lines = tally.change.lines()
+    if tally.pending:
+        lines.append(
+            f"{plural(len(tally.pending), 'new trace')} kept for review: genguard review (where the tests ran)"
+        )
+    return '<ul class="change">' + "".join(f"<li>{escape(line)}</li>" for line in lines) + "</ul>" if lines else ""
 
 
 def report_target(config: pytest.Config, path: Path) -> Path:

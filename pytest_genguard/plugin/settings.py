@@ -136,6 +136,7 @@ class Settings:
     gguf_kv_cache: str = "f16"
     gguf_model: Path | None = None
     gguf_probe: bool = True  # not --genguard-gguf-no-probe: the long probe, with --genguard-gguf-model
+    keep_pending: bool = True  # not --genguard-no-pending: failed comparisons keep their new traces for review
 
     def tolerance_overrides(self) -> Overrides:
         """The ini tolerances that are set (the rest come from the dtype defaults)."""
@@ -238,6 +239,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         server=_server(config),
         server_model=config.getoption("genguard_server_model") or None,
         server_align_sampler=bool(config.getoption("genguard_server_align_sampler")),
+        keep_pending=not config.getoption("genguard_no_pending", default=False),
         gguf=_existing(config, "genguard_gguf", "the .gguf file llama.cpp runs"),
         gguf_kv_cache=str(config.getoption("genguard_gguf_kv_cache") or "f16"),
         gguf_model=_existing(config, "genguard_gguf_model", "the folder save_pretrained wrote"),

@@ -40,7 +40,7 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 from syrupy.terminal import disable_color
 
 from pytest_genguard.core.documents import Outcome, compare_documents, dump_document
-from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.files import write_snapshot
 from pytest_genguard.core.tolerances import TOLERANCE_FIELDS, Overrides
 from pytest_genguard.core.verdict import Rerecord
 from pytest_genguard.plugin import keep
@@ -68,7 +68,7 @@ ALLOW_DTYPE_CHANGE = "allow_dtype_change"
 FIDELITY = "fidelity"  # a budget, validated by plugin/fidelity_marker.py
 MARKER_KEYS = (*TOLERANCE_FIELDS, ALLOW_NONFINITE, ALLOW_DTYPE_CHANGE, FIDELITY)
 _MAX_DIFF_LINES = 40
-# A name's 255 characters hold the stem, ".genguard" and the 38 characters atomic_write_text's temporary file adds.
+# A name's 255 characters hold the stem, ".genguard" and the 38 characters write_snapshot's temporary file adds.
 _MAX_STEM = 200
 _UNSAFE = frozenset('\\/?*:|"<>')  # what syrupy drops from a file name (with control characters)
 _TAG = 9  # "~" and 8 hex digits
@@ -164,7 +164,7 @@ class GenguardSnapshotExtension(SingleFileSnapshotExtension):
         data = next(iter(snapshot_collection)).data
         if not isinstance(data, str):
             raise TypeError(f"genguard snapshots are text; got {type(data).__name__} for {path}")
-        atomic_write_text(path, data, errors="surrogateescape")
+        write_snapshot(path, data)
 
     def outcome(self, received: str, stored: str, *, source: str = "snapshot") -> Outcome:
         """`compare_documents` with this instance's tolerances, cached (syrupy may ask again for the diff)."""

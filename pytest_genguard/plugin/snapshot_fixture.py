@@ -25,6 +25,7 @@ import pytest
 
 from pytest_genguard.core import events
 from pytest_genguard.core.budget import FidelityReport
+from pytest_genguard.core.change import Change, change_of
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import Outcome, dump_document, parse_document
@@ -36,7 +37,7 @@ from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
 from pytest_genguard.hf import record as recording_module  # looked up per call: tests replace record()
 from pytest_genguard.hf.environment import environment
-from pytest_genguard.plugin import gguf_check, server_check
+from pytest_genguard.plugin import distributed, gguf_check, pending, server_check
 from pytest_genguard.plugin.fidelity_marker import Judged, between_traces, marker_budget, with_model
 from pytest_genguard.plugin.reference import on_trace
 from pytest_genguard.plugin.settings import Settings, settings
@@ -54,8 +55,10 @@ from pytest_genguard.plugin.stores import (
     SharedStore,
     Store,
     Syrupy,
+    file_in_the_way,
     per_env_location,
     resolve_baseline,
+    write_by_rank_zero,
 )
 from pytest_genguard.plugin.subjects import Recording, Refused, Subject, Value, Verified
 
@@ -112,6 +115,7 @@ class GenguardSnapshot:
         self.last_source = ""
         self.last_comparison: Comparison | None = None  # of the last assertion, when both sides were read
         self.last_held = False  # the last assertion compared with a stored snapshot and held (the server is next)
+        self.last_pending: str | None = None  # the id of the new trace the last assertion kept for review
 
     def __repr__(self) -> str:
         if self.last_name:  # pytest shows the fixture in failure tracebacks: name the snapshot that was compared
@@ -226,8 +230,18 @@ class GenguardSnapshot:
             f"and run {command}, or record it with `assert record(...) == genguard_snapshot`"
         )
 
+    def _assert(self, subject: Subject, store: Store) -> bool:
+        """`_check`, then the pending trace of the file writes go to: kept by a failed comparison, else cleared."""
+        self.last_pending = None
+        try:
+            return self._check(subject, store)
+        finally:
+            if self.last_pending is None:
+                pending.clear(self._config, store.target)
+
     def _check(self, subject: Subject, store: Store) -> bool:
-        """The one decision path of every assertion: read, compare, decide whether to write, write or count, emit."""
+        """The one decision path of every assertion: read, compare, decide whether to write, write, keep the new
+        trace for review or count, emit."""
         extra: dict[str, Any] = {} if subject.via is None else {"via": subject.via}
         self.last_source, self.explanation, self.last_comparison = store.source, [], None
         self.last_held = False
@@ -247,35 +261,63 @@ class GenguardSnapshot:
             self.last_comparison = outcome.comparison
             self.last_held = outcome.ok  # by the rule, or by the fidelity budget
         new_only = self._syrupy.new_only
+        written: tuple[Any, str] | None = None
         if decide_write(outcome, store.own_exists, settings(self._config), new_only) and subject.can_write:
             try:
-                data, text = subject.written()
+                written = subject.written()
             except Refused as refused:
                 return self._fail(Status.NON_FINITE, refused.lines, store, refused.counted, **extra)
-            return self._write(store, data, text, outcome, subject, extra)
+        # Under torchrun every rank has read the stored snapshot here, and all must agree before rank 0 writes.
+        split = distributed.disagreement(
+            self.last_name, None if outcome is None else str(outcome.verdict), None if written is None else written[1]
+        )
+        if split is not None:
+            return self._fail(Status.FAILED, split, store, subject.counted(), **extra)
+        if written is not None:
+            return self._write(store, *written, outcome, subject, extra)
         if outcome is None:
             return self._fail(
                 Status.MISSING, [self._missing(store, subject.can_write)], store, subject.counted(), **extra
             )
         detail = "\n".join(store.annotate(outcome.detail.splitlines()))
         fields: dict[str, Any] = {**store.fields(), **extra}
+        change = _change(subject, outcome)
+        if change is not None:
+            fields["change"] = change.to_json()
         if not outcome.ok and outcome.comparison is not None:
             fields.update(expected=outcome.comparison.expected.to_json(), actual=outcome.comparison.actual.to_json())
         store.count(subject.counted(), outcome.ok)
-        self._emit(outcome.verdict, detail, failure=not outcome.ok, **fields)
+        note = None
+        if not outcome.ok:  # a regression or a stale snapshot: its new trace kept for review
+            self.last_pending, note = pending.keep(
+                self._item,
+                subject,
+                store,
+                outcome,
+                stored or "",
+                change,
+                name=self.last_name,
+                allow_nonfinite=self.allow_nonfinite,
+                overrides=self.overrides,
+                per_env=self.per_env,
+            )
+        self._emit(outcome.verdict, detail, failure=not outcome.ok, pending=self.last_pending, **fields)
         if not outcome.ok:
             self.explanation = store.annotate(subject.explain(outcome, stored or ""))
+            if note is not None:  # second: pytest cuts long explanations from the end
+                self.explanation.insert(1, note)
         return outcome.ok
 
     def _write(
         self, store: Store, data: Any, text: str, outcome: Outcome | None, subject: Subject, extra: dict[str, Any]
     ) -> bool:
         try:
-            written = store.write(data, text, None if outcome is None else str(outcome.verdict))
+            was = None if outcome is None else str(outcome.verdict)
+            written = write_by_rank_zero(store, data, text, was)
         except OSError as exc:
             target = store.source if not isinstance(store, BaselineStore) else store.base.own_source
             self.last_source = target
-            blocking = _file_in_the_way(self._config.rootpath / target)
+            blocking = file_in_the_way(self._config.rootpath / target)
             advice = (
                 "nothing was written (a snapshot already there is unchanged); make the folder writable (or free "
                 "space) and run the same command again"
@@ -342,7 +384,7 @@ class GenguardSnapshot:
             store = self._store(first.environment if first is not None else {})
         else:
             store = self._store(None)
-        ok = self._check(subject, store) and self._server(store)
+        ok = self._assert(subject, store) and self._server(store)
         self._reference(other, index)
         return ok
 
@@ -411,10 +453,10 @@ class GenguardSnapshot:
         )
         if self.budget is not None:  # the stored paths, teacher forced through the candidate: judged by the budget
             judged = Judged(subject, with_model(model, tokenizer, self.budget), lambda: None, subject.rerecord)
-            if not (self._check(judged, store) and self._server(store)):
+            if not (self._assert(judged, store) and self._server(store)):
                 raise AssertionError("\n".join(self.explanation))
             return judged.report if judged.report is not None else compare(subject.counted(), subject.counted())
-        if not (self._check(subject, store) and self._server(store)):
+        if not (self._assert(subject, store) and self._server(store)):
             raise AssertionError("\n".join(self.explanation))
         if subject.comparison is None:  # written (recorded for the first time): nothing was compared
             return compare(subject.counted(), subject.counted())
@@ -435,14 +477,6 @@ def assertrepr(op: str, left: object, right: object) -> list[str] | None:
     return None
 
 
-def _file_in_the_way(path: Path) -> Path | None:
-    """The file standing where one of `path`'s folders should be (None when every existing ancestor is a folder)."""
-    for parent in path.parents:
-        if parent.exists():
-            return None if parent.is_dir() else parent
-    return None
-
-
 def _stored_trace(stored: str | None, source: str) -> GenerationTrace | None:
     """The stored snapshot's trace, for the deployed copies to be judged against (None: no file, a recorder history,
     or a file the test's own check already reported unreadable)."""
@@ -453,3 +487,14 @@ def _stored_trace(stored: str | None, source: str) -> GenerationTrace | None:
     except TraceFormatError:
         return None
     return document if isinstance(document, GenerationTrace) else None
+
+
+def _change(subject: Subject, outcome: Outcome) -> Change | None:
+    """What the comparison found changed, with the KLD where the check computed one (each step's value on failure,
+    for the report's pictures); None when nothing was compared."""
+    kld = subject.kld(per_step=not outcome.ok)
+    if outcome.comparison is not None:
+        return change_of(outcome.comparison, kld)
+    if kld is not None:  # a fidelity judgement of a model in process: its steps, no second trace
+        return Change(kld.prompts, (), outcome.summary, kld)
+    return None

@@ -16,6 +16,7 @@ The fixture (`snapshot_fixture.GenguardSnapshot`) decides, through one path for 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable
@@ -25,9 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
-from pytest_genguard.core.files import atomic_write_text
+from pytest_genguard.core.files import write_snapshot
 from pytest_genguard.core.verdict import Status
-from pytest_genguard.plugin import keep
+from pytest_genguard.plugin import distributed, keep
 from pytest_genguard.plugin.snapshot import Plan
 from pytest_genguard.plugin.syrupy_adapter import SyrupyAssertion
 
@@ -43,9 +44,11 @@ __all__ = [
     "Syrupy",
     "Written",
     "available_baselines",
+    "file_in_the_way",
     "per_env_location",
     "pick_baseline",
     "resolve_baseline",
+    "write_by_rank_zero",
 ]
 
 BASELINES_DIR = "__genguard_baselines__"
@@ -173,6 +176,8 @@ class Store(Protocol):
 
     source: str
     """The file compared with, relative to the rootdir (for messages)."""
+    target: str
+    """The file writes go to, relative to the rootdir (a pending trace is kept for it)."""
 
     @property
     def own_exists(self) -> bool:
@@ -204,6 +209,7 @@ class SharedStore:
     def __init__(self, syrupy: Syrupy, source: str) -> None:
         self.syrupy = syrupy
         self.source = source
+        self.target = source
         self._text: str | None = None
         self._read = False
 
@@ -270,12 +276,13 @@ class Baseline:
 
 
 class BaselineStore:
-    """The baseline of the trace's environment class (or its fallback), written with `atomic_write_text`."""
+    """The baseline of the trace's environment class (or its fallback), written with `core.files.write_snapshot`."""
 
     def __init__(self, syrupy: Syrupy, base: Baseline) -> None:
         self.syrupy = syrupy
         self.base = base
         self.source = base.source
+        self.target = base.own_source
 
     @property
     def own_exists(self) -> bool:
@@ -286,7 +293,7 @@ class BaselineStore:
 
     def write(self, data: Any, text: str, was: str | None) -> Written:
         base = self.base
-        atomic_write_text(base.own, text)
+        write_snapshot(base.own, text)
         self.syrupy.run(data, update=False, forced=True, read_from=base.own)
         status = Status.UPDATED if base.own_exists else Status.CREATED
         head = f"{status} {base.own_source} (the {base.env_class} baseline"
@@ -313,3 +320,25 @@ class BaselineStore:
             "baseline": base.env_class,
             "baseline_file": base.own_source,
         }
+
+
+def write_by_rank_zero(store: Store, data: Any, text: str, was: str | None) -> Written:
+    """`store.write`, by rank 0 alone under torchrun (`distributed.from_rank_zero`): the other ranks, which agreed on
+    the text, report what rank 0 wrote and let syrupy count the assertion as passed."""
+    written = distributed.from_rank_zero(lambda: store.write(data, text, was))
+    if not distributed.follower() and written is not None:
+        return written
+    if written is None:  # no process group to hear from rank 0: it writes what this rank would have written
+        own = store.base.own_source if isinstance(store, BaselineStore) else store.source
+        status = Status.UPDATED if store.own_exists else Status.CREATED
+        return Written(status, own, f"{status} {own} (written by rank 0)")
+    store.count(data, True)  # rank 0 has written it: syrupy reads it and counts a pass
+    return dataclasses.replace(written, detail=f"{written.detail} (written by rank 0)")
+
+
+def file_in_the_way(path: Path) -> Path | None:
+    """The file standing where one of `path`'s folders should be (None when every existing ancestor is a folder)."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None

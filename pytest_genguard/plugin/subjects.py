@@ -12,9 +12,11 @@ from typing import Any, Protocol
 
 from pytest_genguard.core import events
 from pytest_genguard.core.bisect_hint import with_bisect_hint
+from pytest_genguard.core.change import Kld, kld_of
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
 from pytest_genguard.core.documents import Outcome, stored_trace
+from pytest_genguard.core.fidelity import trace_fidelity
 from pytest_genguard.core.review import accepted_changes
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace, PromptTrace
@@ -62,6 +64,10 @@ class Subject(Protocol):
     def changes(self, outcome: Outcome, data: Any) -> list[str]:
         """What writing `data` over the snapshot that gave `outcome` accepted (for the summary)."""
 
+    def kld(self, *, per_step: bool) -> Kld | None:
+        """The KLD of the new model on the recorded paths, when this check computed one (`per_step`: keep each
+        step's value, for the report's pictures)."""
+
 
 class Value:
     """``assert value == genguard_snapshot``: the value's own text is compared and written."""
@@ -88,6 +94,9 @@ class Value:
 
     def changes(self, outcome: Outcome, data: Any) -> list[str]:
         return accepted_changes(outcome)
+
+    def kld(self, *, per_step: bool) -> Kld | None:
+        return None  # two generated traces: no KLD past the first split, and none asked for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,3 +221,11 @@ class Verified:
             return accepted_changes(outcome)
         recorded = compare(self.stored, data, **self.overrides.args())
         return accepted_changes(Outcome(outcome.verdict, outcome.detail, recorded))
+
+    def kld(self, *, per_step: bool) -> Kld | None:
+        """The lower bound from the recorded top-k along the stored path, up to where the model prefers another
+        token (the teacher-forced trace ends there)."""
+        if self.comparison is None:
+            return None
+        steps, _, _ = trace_fidelity(self.comparison.expected, self.comparison.actual)
+        return kld_of(steps, per_step=per_step) if steps else None

@@ -7,17 +7,21 @@ the new one changed, and the snapshots kept from deletion by ``--snapshot-update
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_genguard.core.events import FragileStep, events_from_json
+from pytest_genguard.core.pending import PENDING_DIR
+from pytest_genguard.core.review import changed_lines
 from pytest_genguard.core.text import plural
 from pytest_genguard.core.verdict import Rerecord, Status, Verdict
-from pytest_genguard.plugin import keep
+from pytest_genguard.plugin import distributed, keep
 from pytest_genguard.plugin.pin_usage import UnusedPins, unused_lines, unused_pins, written_lines
 from pytest_genguard.plugin.settings import settings
+from pytest_genguard.plugin.step_summary import append_step_summary
 from pytest_genguard.plugin.tally import TALLY_KEY, USER_PROPERTY, Tally, count_blocks
 
 _STALE_SHOWN = 10
@@ -98,12 +102,33 @@ def update_lines(tally: Tally, verbose: bool) -> list[str]:
     lines = ["re-recorded snapshots (review what each new one changed compared with the old one):"]
     shown = tally.updates if verbose else tally.updates[:_UPDATES_SHOWN]
     for nodeid, update in shown:
-        was = f"was {update.was}" if update.was else "re-recorded"
-        lines.append(f"  {_who(nodeid, update.name)} ({was})")
-        lines += [f"    {change}" for change in update.changes or ()]
+        lines += [f"  {line}" for line in changed_lines(_who(nodeid, update.name), update.was, update.changes or ())]
     if len(tally.updates) > len(shown):
         lines.append(f"  ... and {len(tally.updates) - len(shown)} more (-v lists them all)")
     return lines
+
+
+def pending_lines(tally: Tally, verbose: bool, folder: str = ".genguard/pending") -> list[str]:
+    """The new traces kept for review: how many, where (`folder`), the command that reviews them; with -v each id
+    and its test."""
+    if not tally.pending:
+        return []
+    lines = [
+        f"{plural(len(tally.pending), 'new trace')} kept for review in {folder} (git ignores it): accept or "
+        "reject each with `genguard review` (`--list`, `--accept ID`), without running the model again"
+    ]
+    if verbose:
+        lines += [f"  {event.pending}  {_who(nodeid, event.name)}" for nodeid, event in tally.pending]
+    return lines
+
+
+def _pending_folder(config: pytest.Config) -> str:
+    """The pending traces' folder as the user finds it from where pytest started (the rootdir may be above it)."""
+    folder = config.rootpath / PENDING_DIR / "pending"
+    try:
+        return os.path.relpath(folder, config.invocation_params.dir)
+    except ValueError:  # another drive (Windows)
+        return str(folder)
 
 
 _KEPT_HEADS = {
@@ -148,6 +173,7 @@ class GenguardReporter:
         self.report_written: Path | None = None
         self.report_error: str | None = None
         self.unused_pins: UnusedPins | None = None
+        self.step_summary_error: str | None = None
 
     @property
     def tally(self) -> Tally:
@@ -178,6 +204,8 @@ class GenguardReporter:
             write("no genguard checks ran")
         for line in fragile_lines(tally, verbose):
             write(line)
+        for line in tally.change.lines():
+            write(line)
         if tally.stale_tests:
             write("stale snapshots (the model, tokenizer or decoding settings changed since they were recorded):")
             for nodeid in tally.stale_tests[:_STALE_SHOWN]:
@@ -186,6 +214,8 @@ class GenguardReporter:
                 write(f"  ... and {len(tally.stale_tests) - _STALE_SHOWN} more")
             per_env = current.baselines == "per-env"
             write(f"re-record only the stale snapshots with: {rerecord_command(tally.stale_tests, per_env=per_env)}")
+        for line in pending_lines(tally, verbose, _pending_folder(config)):
+            write(line)
         for line in update_lines(tally, verbose):
             write(line)
         for line in kept_lines(kept, config.rootpath, verbose):
@@ -196,14 +226,17 @@ class GenguardReporter:
             write(f"HTML report: {self.report_written}")
         if self.report_error is not None:
             write(self.report_error, red=True)
+        if self.step_summary_error is not None:
+            write(self.step_summary_error, red=True)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if hasattr(self.config, "workerinput"):
+        if hasattr(self.config, "workerinput") or distributed.follower():  # the controller, or torchrun's rank 0
             return
         current = settings(self.config)
         ledger = self.config.stash.get(keep.LEDGER_KEY, None)
         if ledger is not None and exitstatus != pytest.ExitCode.INTERRUPTED:
             self.unused_pins = unused_pins(self.config, session, current, self.tally, ledger)
+        self.step_summary_error = append_step_summary(self.config, self.tally)
         report = current.report
         if report is None:
             return

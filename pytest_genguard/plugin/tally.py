@@ -15,11 +15,23 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from pytest_genguard.core.change import Change, SuiteChange
 from pytest_genguard.core.events import CheckEvent, Event, FragileStep, InvariantEvent, PinEvent, RecordEvent
+from pytest_genguard.core.markdown import Row, RunSummary
 from pytest_genguard.core.text import plural
 from pytest_genguard.core.verdict import Status, Verdict
 
-__all__ = ["EVENTS_KEY", "TALLY_KEY", "USER_PROPERTY", "Seen", "Tally", "count_blocks", "counts_lines", "snapshot_line"]
+__all__ = [
+    "EVENTS_KEY",
+    "TALLY_KEY",
+    "USER_PROPERTY",
+    "Seen",
+    "Tally",
+    "count_blocks",
+    "counts_lines",
+    "run_summary",
+    "snapshot_line",
+]
 
 USER_PROPERTY = "genguard"
 EVENTS_KEY = pytest.StashKey[list[Event]]()
@@ -58,6 +70,8 @@ class Tally:
     used: bool = False
     pins_used: set[str] = field(default_factory=set)  # pin folders any test loaded or wrote
     pins_written: list[tuple[str, PinEvent]] = field(default_factory=list)  # created or re-pinned: (node id, event)
+    change: SuiteChange = field(default_factory=SuiteChange)  # what the comparisons found changed, across the run
+    pending: list[tuple[str, CheckEvent]] = field(default_factory=list)  # new traces kept for review: (node id, event)
 
     def add(self, nodeid: str, events: Sequence[Event], outcome: str = "failed") -> None:
         """Add a test's events; `outcome` is its report's ("passed", "failed", "skipped" for xfail)."""
@@ -77,6 +91,10 @@ class Tally:
                 verdict: Verdict | Status = Status.OK if event.ok else Status.FAILED
             else:
                 verdict = event.verdict
+                if event.change is not None:
+                    self.change.add(nodeid, Change.from_json(event.change))
+                if event.pending is not None and outcome == "failed":
+                    self.pending.append((nodeid, event))
                 if event.kind == "snapshot":
                     self.verdicts[verdict] += 1
                     if verdict is Verdict.STALE:
@@ -151,3 +169,21 @@ def _held(tally: Tally, kind: str) -> str:
 def counts_lines(tally: Tally) -> list[str]:
     """The counting lines of the summary (also the header of the HTML report)."""
     return [line for _, line in count_blocks(tally)]
+
+
+def _row(nodeid: str, event: CheckEvent | InvariantEvent) -> Row:
+    if isinstance(event, InvariantEvent):
+        return Row(nodeid, str(Status.FAILED), "", event.summary, kind="invariant")
+    change = Change.from_json(event.change) if event.change is not None else None
+    first = change.first if change is not None else None
+    why = change.why if change is not None and change.why and event.via != "fidelity" else event.summary
+    reason = change.why if change is not None and event.verdict is Verdict.STALE else ""
+    where = "" if first is None else first.where()
+    return Row(nodeid, str(event.verdict), where, why, event.pending, event.kind, reason)
+
+
+def run_summary(tally: Tally) -> RunSummary:
+    """The run as `core.markdown` renders it: the failed checks, the counting lines, what the change did."""
+    rows = tuple(_row(nodeid, event) for nodeid, event in tally.failures)
+    checks = sum(tally.checks.values())
+    return RunSummary(checks, tuple(counts_lines(tally)), rows, tuple(tally.change.lines()))

@@ -14,7 +14,8 @@ import pytest
 gguf = pytest.importorskip("gguf")
 numpy = pytest.importorskip("numpy")
 
-from pytest_genguard.engines import gguf_metadata, kept_files  # noqa: E402  (gguf first: gguf_metadata imports it)
+from pytest_genguard.core import file_states  # noqa: E402
+from pytest_genguard.engines import gguf_metadata  # noqa: E402  (gguf first: gguf_metadata imports it)
 
 EPS = "llama.attention.layer_norm_rms_epsilon"
 
@@ -45,7 +46,7 @@ def test_a_file_is_parsed_once_per_state_and_an_edit_in_place_is_read_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write(tmp_path / "model.gguf", 1e-5)
-    monkeypatch.setattr(kept_files, "RACY_NS", 0)  # this file is new: keep it at once
+    monkeypatch.setattr(file_states, "RACY_NS", 0)  # this file is new: keep it at once
     first = gguf_metadata.read_metadata(path)
     assert (
         first.fields[EPS] == pytest.approx(1e-5)

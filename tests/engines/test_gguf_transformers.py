@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from pytest_genguard.core import file_states
 from pytest_genguard.core.errors import GenguardError
-from pytest_genguard.engines import kept_files
 from pytest_genguard.engines.gguf_transformers import gguf_config_and_tokenizer
 
 
@@ -26,7 +26,7 @@ def gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         source = gguf_path()
     except GenguardError as exc:  # the model package is missing: say how to install it
         pytest.skip(str(exc))
-    monkeypatch.setattr(kept_files, "RACY_NS", 0)
+    monkeypatch.setattr(file_states, "RACY_NS", 0)
     return Path(shutil.copy2(source, tmp_path / source.name))
 
 

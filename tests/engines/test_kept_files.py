@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_genguard.engines import kept_files
+from pytest_genguard.core import file_states
 from pytest_genguard.engines.kept_files import KeptPerState
 
 
@@ -34,7 +34,7 @@ def aged(path: Path, text: str) -> Path:
 def test_read_once_per_state_and_again_after_an_edit_of_the_same_size(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(kept_files, "RACY_NS", 0)
+    monkeypatch.setattr(file_states, "RACY_NS", 0)
     path = aged(tmp_path / "a.gguf", "one")
     kept: KeptPerState[str] = KeptPerState(4)
     reads = Reads(path)
@@ -56,7 +56,7 @@ def test_a_file_written_just_now_is_read_at_every_call(tmp_path: Path) -> None:
 
 
 def test_a_change_to_a_file_it_also_depends_on_is_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kept_files, "RACY_NS", 0)
+    monkeypatch.setattr(file_states, "RACY_NS", 0)
     path = aged(tmp_path / "a.gguf", "one")
     beside = aged(tmp_path / "tokenizer_config.json", "{}")
     kept: KeptPerState[str] = KeptPerState(4)
@@ -75,7 +75,7 @@ def test_a_change_to_a_file_it_also_depends_on_is_read_again(tmp_path: Path, mon
 
 
 def test_only_the_last_size_files_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kept_files, "RACY_NS", 0)
+    monkeypatch.setattr(file_states, "RACY_NS", 0)
     paths = [aged(tmp_path / f"{i}.gguf", str(i)) for i in range(3)]
     kept: KeptPerState[str] = KeptPerState(2)
     reads = [Reads(p) for p in paths]

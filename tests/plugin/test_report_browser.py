@@ -7,6 +7,9 @@ chromium) and are skipped with that reason on a developer machine.
 
 from __future__ import annotations
 
+import dataclasses
+import html as html_module
+import json
 import os
 import re
 import shutil
@@ -20,6 +23,7 @@ import pytest
 import trace_builder
 
 from pytest_genguard.core import html
+from pytest_genguard.core.change import Change, Kld
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.events import from_json
 from pytest_genguard.core.files import atomic_write_text
@@ -154,6 +158,70 @@ def test_failure_report_loads_in_chromium_with_its_script_run_and_no_console_err
     assert "<code>pytest --snapshot-update tests/test_decoding.py::test_greedy_path</code>" in loaded.dom
     assert png_size(shot) == (1280, 900)
     assert shot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+MEASURE = """<script>
+document.body.setAttribute("data-chart-boxes", JSON.stringify(Array.from(document.querySelectorAll("svg.chart"),
+  function(svg){var r=svg.getBoundingClientRect();return [Math.round(r.width),Math.round(r.height)];})));
+</script></body>"""
+"""Appended to a copy of the page for the test: each chart's rendered box, written where --dump-dom shows it."""
+
+
+def test_the_reports_pictures_render_with_boxes_in_chromium(chromium: str, tmp_path: Path) -> None:
+    path = [3, 4, 1, 2, 3, 4, 1, 2, 3, 0]
+    tally = Tally()
+    two_prompts = [_trace(path), _trace([3, 4, 1, 6, 5, 4, 1, 2, 3, 0])]
+    expected = dataclasses.replace(two_prompts[0], prompts=(two_prompts[0].prompts[0], two_prompts[0].prompts[0]))
+    actual = dataclasses.replace(two_prompts[1], prompts=(two_prompts[0].prompts[0], two_prompts[1].prompts[0]))
+    tally.add("tests/test_decoding.py::test_two_prompts", [from_json(_event(expected, actual))])
+    judged = Change(
+        1,
+        (),
+        "",
+        Kld(
+            0.02,
+            0.3,
+            10,
+            False,
+            tuple((0, s, 0.001 * 3**s / 20) for s in range(10)),
+            {"kld_mean": 0.01, "kld_max": 0.1},
+            1,
+        ),
+    )
+    fidelity = {
+        **_event(_trace(path), _trace(path)),
+        "via": "fidelity",
+        "verdict": "regression",
+        "change": judged.to_json(),
+    }
+    tally.add("tests/test_decoding.py::test_int8", [from_json(fidelity)])
+    page = tmp_path / "report.html"
+    text = report.render_run_report(tally, context="pytest examples/")
+    measured = tmp_path / "measured.html"
+    atomic_write_text(measured, text.replace("</body>", MEASURE, 1))
+    shot = ARTIFACTS / "genguard-report-pictures.png"
+    loaded = load(chromium, measured, shot, tmp_path / "profile")
+    print(f"screenshot of the report's pictures: {shot}")
+    assert loaded.console == []
+    assert script_state(loaded.dom)[1] is None
+    boxes = re.search(r'data-chart-boxes="([^"]*)"', loaded.dom)
+    assert boxes is not None, loaded.dom[:500]
+    sizes = json.loads(html_module.unescape(boxes.group(1)))
+    assert len(sizes) == 3  # a picture per prompt of the comparison, one for the fidelity judgement's prompt
+    assert all(w > 300 and h > 80 for w, h in sizes), sizes  # drawn, not collapsed to nothing
+    assert png_size(shot) == (1280, 900) and shot.stat().st_size > 20_000
+    atomic_write_text(page, text)
+    assert "<script" not in "".join(re.findall(r"<svg.*?</svg>", text, re.S))  # the pictures need no script
+
+
+def test_the_box_check_sees_a_picture_that_does_not_render(chromium: str, tmp_path: Path) -> None:
+    """Negative control: an SVG hidden by its page's style measures zero, and the check above would fail."""
+    page = tmp_path / "hidden.html"
+    svg = '<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="720" height="120"></svg>'
+    page.write_text(f"<!DOCTYPE html><html><head><style>svg{{display:none}}</style></head><body>{svg}{MEASURE}</html>")
+    loaded = load(chromium, page, tmp_path / "hidden.png", tmp_path / "profile")
+    boxes = re.search(r'data-chart-boxes="([^"]*)"', loaded.dom)
+    assert boxes is not None and json.loads(html_module.unescape(boxes.group(1))) == [[0, 0]]
 
 
 def test_trace_folder_report_loads_in_chromium(chromium: str, tmp_path: Path) -> None:

@@ -119,13 +119,18 @@ def test_summary_counts_each_verdict_and_names_the_command_that_re_records_stale
     assert lines == [
         "snapshots: 1 matched, 1 tolerated divergence, 1 stale, 1 regressed",
         "invariants: 2 checked, 1 failed",
+        "what changed: 1 of 4 prompts in 4 checks changed path, 0 drifted in value only, 1 near tie tolerated",
+        "first divergences by step: 1-3: 1",
+        "paths split by step: 1-3: 1",
         "stale snapshots (the model, tokenizer or decoding settings changed since they were recorded):",
         "  test_scenario.py::test_stale",
         "re-record only the stale snapshots with: pytest --genguard-update-stale test_scenario.py",
+        "2 new traces kept for review in .genguard/pending (git ignores it): accept or reject each with `genguard "
+        "review` (`--list`, `--accept ID`), without running the model again",
     ]
     if xdist:
         return  # the command itself is exercised once, serially
-    command = lines[-1].split("with: pytest ", 1)[1].split()
+    command = lines[-2].split("with: pytest ", 1)[1].split()
     rerun = recorded.runpytest("-p", "no:cacheprovider", *command)
     rerun.assert_outcomes(passed=4, failed=2)  # the stale snapshot was re-recorded; the regression still fails
     assert (
