@@ -6,7 +6,7 @@ running server against snapshots (`genguard check-server`, exit codes in `pytest
 `pytest_genguard.core.fidelity`) and judges it by a budget.
 
 One module per subcommand (`show`, `diff`, `fidelity`, `report`, `review`, `bisect_command`, `check_server`,
-`check_gguf`),
+`check_gguf`, `gate`),
 each with `add_arguments(parser)` and `run(args)`; `inputs` holds what they share. This module only wires them, from
 one table (`SUBCOMMANDS`: each subcommand's module and help line), and imports a subcommand's module only when that
 subcommand runs: `genguard show` reads one JSON file, and loads neither the HTTP side nor the engines to do it
@@ -75,6 +75,10 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "pytest_genguard.cli.review",
         "accept or reject the new traces a failed test run kept, without running the model again (exit 0 done, 1 "
         "an accept refused, 2 bad input)",
+    ),
+    "gate": Subcommand(
+        "pytest_genguard.cli.gate",
+        "build the project's gate image and run its decoding tests in it (exit 0 passed, 1 failed, 2 could not run)",
     ),
 }
 """Each subcommand by name, in the order `genguard --help` lists them."""

@@ -23,7 +23,7 @@ pytest.register_assert_rewrite(
 )
 
 from pytest_genguard.core import events, tolerances  # noqa: E402
-from pytest_genguard.plugin import distributed, keep, pending  # noqa: E402
+from pytest_genguard.plugin import distributed, keep, offline, pending  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
     genguard_devices,
@@ -233,6 +233,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
+    if report.failed and call.excinfo is not None:
+        hint = offline.download_hint(call.excinfo.value)
+        if hint is not None:
+            report.sections.append((offline.SECTION, hint))
     # events of a fixture that failed or skipped too (a pin it loaded is a pin in use)
     if report.when == "call" or (report.when == "setup" and not report.passed):
         collected = item.stash.get(EVENTS_KEY, [])

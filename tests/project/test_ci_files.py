@@ -183,15 +183,15 @@ def test_upstream_job_runs_the_suite_weekly_on_transformers_pre_releases_and_mai
     assert scripts.index("whl/nightly/cpu") < scripts.index('".[test]"'), "CPU torch must come first"
 
 
-def test_gpu_gate_runs_the_cuda_image_on_a_gpu_runner_and_always_uploads_the_report() -> None:
+def test_gpu_gate_runs_genguard_gate_on_a_gpu_runner_and_always_uploads_the_report() -> None:
     data = _load(GPU)
     triggers = _triggers(data)
     assert {"push", "pull_request", "workflow_dispatch"} <= set(triggers)
     (job,) = data["jobs"].values()
     assert job["runs-on"] == ["self-hosted", "linux", "gpu"]
     scripts = _scripts(job)
-    assert "--file Dockerfile.cuda" in scripts
-    assert "docker run --gpus all" in scripts
+    assert "pip install --no-deps . filelock platformdirs" in scripts  # no torch on the runner
+    assert "genguard gate --gpu" in scripts and "--artifacts artifacts" in scripts
     (upload,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert upload["if"] == "always()"
     assert upload["with"]["path"].rstrip("/") == "artifacts"
@@ -220,26 +220,33 @@ def test_cuda_dockerfile_runs_the_gpu_suite_as_a_non_root_user_with_deterministi
 
     run = " ".join(args for name, args in parsed if name == "RUN")
     assert "pip install --no-cache-dir" in run
-    assert "test" in (dockerfile.arg_defaults()["GENGUARD_EXTRAS"] or "").split(",")
+    import tomllib
+
+    gate = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["genguard"]["gate"]
+    assert "test" in gate["extras"]
     # The base's torch pinned by its distribution's version: torch.__version__ of PyPI's CUDA build (2.13.0+cu130) is
     # no version pip can satisfy.
     assert "m.version('torch')" in run and "torch.__version__" not in run.split("pip install")[0]
 
 
 def test_the_dependencies_are_installed_before_the_source_is_copied() -> None:
-    # A source change must not reinstall the dependencies: their layer is keyed by pyproject.toml alone.
+    # A source change must not reinstall the dependencies: their layer is keyed by what genguard gate resolved from
+    # the files that declare them (pinned, cached by those files).
     parsed = dockerfile.instructions()
     copies = [(i, args) for i, (name, args) in enumerate(parsed) if name == "COPY"]
-    (source,) = [i for i, args in copies if args.split()[-2:] == [".", "/workspace"]]
+    (source,) = [i for i, args in copies if args.split()[-2:] == ["project/", "/workspace/"]]
     assert source == max(i for i, _ in copies), "the source is the last thing copied"
     dependencies = [i for i, (name, args) in enumerate(parsed) if name == "RUN" and "--requirement" in args]
     assert dependencies and max(dependencies) < source
     earlier = [args for i, args in copies if i < source]
-    assert earlier[0] == "pyproject.toml .ci/pyproject_requirements.py /tmp/genguard-dependencies/", earlier
+    assert earlier[:2] == [
+        "genguard-gate/requirements.txt genguard-gate/no-deps.txt /tmp/genguard-gate/",
+        "genguard-gate/wheels /tmp/genguard-gate/wheels",
+    ], earlier
     # Then the package alone (the real chat model's folder is built from it), not the tests or the examples.
-    assert [args.split()[1:] for args in earlier[1:]] == [
-        ["pyproject.toml", "README.md", "/workspace/"],
-        ["pytest_genguard", "/workspace/pytest_genguard"],
+    assert [args.split()[1:] for args in earlier[2:]] == [
+        ["project/pyproject.toml", "project/README.md", "/workspace/"],
+        ["project/pytest_genguard", "/workspace/pytest_genguard"],
     ], earlier
 
 

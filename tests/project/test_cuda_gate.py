@@ -1,6 +1,6 @@
-"""The CUDA gate (Dockerfile.cuda, .ci/cuda-gate): the image runs exactly the selection written once in
-.ci/cuda-gate.args, everything selected can run in the image, the CPU command is the image's GPU command minus
-`--genguard-gpu`, and the verdict read from the JUnit XML fails on whatever the gate could not prove.
+"""genguard's own CUDA gate (Dockerfile.cuda, .ci/cuda-gate): the image runs exactly the selection written once in
+.ci/cuda-gate.args, and everything selected can run in the image. The CPU command and the verdict are genguard gate's
+(tests/gate).
 
 The image itself is built and its gate run by CI's cuda-gate leg (.ci/run), with its negative control (an edited
 snapshot fails it); these tests check what can be checked without a container, each with its negative control."""
@@ -11,8 +11,6 @@ import json
 import os
 import re
 import subprocess
-import sys
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +20,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SELECTION = ROOT / ".ci" / "cuda-gate.args"
 SELECTION_ARG = "@.ci/cuda-gate.args"
-HELPER = ROOT / ".ci" / "cuda_gate.py"
 GATE = ROOT / ".ci" / "cuda-gate"
 TIMEOUT_S = 120
 
@@ -146,85 +143,6 @@ def test_tests_outside_the_gate_are_found_with_their_reason(outside: str, reason
     assert any(reason in r for r in reasons), reasons
 
 
-def _helper(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(HELPER), *args], input=stdin, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
-
-
-def test_the_cpu_gate_is_the_image_command_minus_the_gpu_flag_and_the_gpu_gate_is_it_unchanged() -> None:
-    argv = dockerfile.cmd()
-    cpu = _helper("command", "cpu", stdin=json.dumps(argv))
-    gpu = _helper("command", "gpu", stdin=json.dumps(argv))
-    assert cpu.returncode == gpu.returncode == 0, cpu.stderr + gpu.stderr
-    assert cpu.stdout.split("\0") == [arg for arg in argv if arg != "--genguard-gpu"]
-    assert gpu.stdout.split("\0") == argv
-    # The report and the JUnit XML land where .ci/cuda-gate copies them from.
-    assert {"/artifacts/junit.xml", "/artifacts/genguard-report.html"} <= set(argv)
-    # Negative control: an image whose command is not the GPU gate has no CPU form.
-    refused = _helper("command", "cpu", stdin=json.dumps([a for a in argv if a != "--genguard-gpu"]))
-    assert refused.returncode != 0 and "--genguard-gpu exactly once" in refused.stderr
-
-
-GATE_TESTS = """
-import pytest
-
-def test_passes():
-    pass
-
-@pytest.mark.genguard_gpu
-def test_on_gpu():
-    pass
-
-def test_fails():
-    assert False
-
-def test_skipped():
-    pytest.skip("x")
-"""
-
-
-def _keep(junit: Path, names: set[str], out: Path) -> Path:
-    """A copy of `junit` holding only the test cases named `names`."""
-    tree = ET.parse(junit)
-    for suite in tree.getroot().iter("testsuite"):
-        for case in list(suite.iter("testcase")):
-            if case.get("name") not in names:
-                suite.remove(case)
-    tree.write(out)
-    return out
-
-
-def test_the_verdict_names_what_failed_and_allows_only_the_gpu_tests_to_skip_on_the_cpu(
-    pytester: pytest.Pytester,
-) -> None:
-    # The JUnit XML of a real pytest run, genguard's plugin loaded: its own skip reason for the GPU-only test.
-    pytester.makepyfile(test_gate=GATE_TESTS)
-    junit = pytester.path / "junit.xml"
-    pytester.runpytest("-p", "no:cacheprovider", f"--junitxml={junit}")
-    root = str(pytester.path)
-
-    failed = _helper("verdict", str(junit), "cpu", root)
-    assert failed.returncode == 1
-    assert "FAILED: 1 failed:\n  test_gate.py::test_fails" in failed.stderr
-    assert "skipped, though the gate must run them here:\n  test_gate.py::test_skipped (x)" in failed.stderr
-
-    passing = _keep(junit, {"test_passes", "test_on_gpu"}, pytester.path / "passing.xml")
-    on_cpu = _helper("verdict", str(passing), "cpu", root)
-    assert on_cpu.returncode == 0, on_cpu.stderr
-    assert "1 passed, 0 failed, 0 errors, 1 skipped (1 GPU-only) of 2 tests on the CPU" in on_cpu.stdout
-    # On the GPU nothing may skip: the GPU-only test skipped there proves nothing.
-    on_gpu = _helper("verdict", str(passing), "gpu", root)
-    assert on_gpu.returncode == 1
-    assert "test_gate.py::test_on_gpu (" in on_gpu.stderr
-
-    nothing_ran = _keep(junit, {"test_on_gpu"}, pytester.path / "skipped.xml")
-    result = _helper("verdict", str(nothing_ran), "cpu", root)
-    assert result.returncode == 1 and "no test passed" in result.stderr
-    missing = _helper("verdict", str(pytester.path / "none.xml"), "cpu", root)
-    assert missing.returncode == 1 and "wrote no JUnit XML" in missing.stderr
-
-
 def _gate(home: Path, *args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
     merged = {**os.environ, "GENGUARD_CUDA_GATE_HOME": str(home), **env}
     return subprocess.run(
@@ -246,6 +164,8 @@ def test_the_gate_script_refuses_an_unnamed_or_unwritable_artifacts_folder_befor
     unwritable = _gate(home, GENGUARD_GATE_ARTIFACTS=str(tmp_path / "a-file" / "artifacts"))
     assert unwritable.returncode == 2
     assert "is not a folder this user can write to" in unwritable.stderr
+    no_genguard = _gate(home, GENGUARD_GATE_ARTIFACTS=str(tmp_path / "artifacts"), GENGUARD=str(tmp_path / "nope"))
+    assert no_genguard.returncode == 2 and "no genguard command" in no_genguard.stderr
     bad_torch = _gate(home, "--torch", "rocm", GENGUARD_GATE_ARTIFACTS=str(tmp_path / "artifacts"))
     assert bad_torch.returncode == 2 and "--torch is cpu or cuda" in bad_torch.stderr
     assert not home.exists()  # nothing built, no daemon started
