@@ -105,3 +105,43 @@ def edits(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
         return made_once(tmp_path_factory, f"gguf-edit-{key}", lambda folder: edited(source, folder, script, *args))
 
     return edit
+
+
+# ---- Gemma 3 270M, the second real family: its float32 model and a calibrated snapshot of short prompts
+
+GEMMA3_PROMPTS = ["The capital of France is", "def fibonacci(n):", "The history of the Roman Empire"]
+
+
+@pytest.fixture(scope="session")
+def gemma3_folder() -> Path:
+    from pytest_genguard.hf.gemma3 import gemma3_folder
+
+    try:
+        return gemma3_folder()
+    except GenguardError as exc:  # the model's packages are missing: say how to install them
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def gemma3_hf(gemma3_folder: Path) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gemma3_folder, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(gemma3_folder)
+
+
+@pytest.fixture(scope="session")
+def gemma3_reference(gemma3_hf: tuple[Any, Any], genguard_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Its float32 greedy trace (3 prompts x 16 tokens: its 262,144-token vocabulary makes each step heavy) with its
+    int8 calibration, the gguf-* presets' scale; made once per run, shared by the xdist workers."""
+    from pytest_genguard import GenerationTrace, calibrate
+
+    genguard_engine("llama_cpp")
+    model, tokenizer = gemma3_hf
+
+    def make() -> str:
+        trace = record(model, tokenizer, GEMMA3_PROMPTS, max_new_tokens=16, top_k=5, do_sample=False)
+        return str(calibrate(model, tokenizer, trace, precisions=("int8",)).to_json())
+
+    return GenerationTrace.from_json(once_per_run(tmp_path_factory, "gemma3-gguf-reference.json", make))
