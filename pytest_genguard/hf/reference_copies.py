@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING
 
-from pytest_genguard.core.budget import PRECISIONS
+from pytest_genguard.core.budget import CALIBRATIONS
+from pytest_genguard.hf.kv_cache_copies import KV_PREFIX, kv_cache_copy
 
 if TYPE_CHECKING:
     import torch
@@ -32,11 +33,14 @@ def round_to_nearest(weight: torch.Tensor, bits: int, group: int | None) -> tupl
 
 
 def reference_copy(model: PreTrainedModel, precision: str) -> PreTrainedModel:
-    """genguard's reference conversion of `model` to `precision` ("bf16", "fp16", "int8", "int4"): a new model."""
+    """genguard's reference conversion of `model` to `precision` ("bf16", "fp16", "int8", "int4"; or a KV cache's,
+    "kv-f16" ...: `hf.kv_cache_copies`): a new model."""
     import torch
 
-    if precision not in PRECISIONS:
-        raise ValueError(f"reference_copy: unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    if precision not in CALIBRATIONS:
+        raise ValueError(f"reference_copy: unknown precision {precision!r}; known: {', '.join(CALIBRATIONS)}")
+    if precision.startswith(KV_PREFIX):
+        return kv_cache_copy(model, precision.removeprefix(KV_PREFIX))
     out = copy.deepcopy(model)
     if precision in ("bf16", "fp16"):
         return out.to(torch.bfloat16 if precision == "bf16" else torch.float16)

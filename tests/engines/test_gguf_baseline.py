@@ -1,0 +1,30 @@
+"""A GGUF judged against a baseline file on the real chat model (SmolLM2-135M-Instruct), with the long probe band by
+band (`core.baseline`): llama.cpp's converter's Q8_0 against itself is within, proven at every step and band; the
+same file with its rope base edited, which the snapshot's short prompts barely see, is outside it by the probe's
+bands. Each file's probe is read once per process (`engines.gguf_check._PROBES`): the baseline's and this module's
+files are the ones test_long_probe_smollm2.py reads."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from gguf_support import judge_on
+
+
+def test_a_q8_0_against_itself_is_within_and_its_rope_edit_outside_by_the_probes_bands(
+    hf: tuple[Any, Any], folder: Path, reference: Any, gguf_of: Any, genguard_engine: Any, edits: Any
+) -> None:
+    q8 = gguf_of("q8_0")
+    same = dataclasses.replace(judge_on(q8, hf, folder, genguard_engine), baseline=q8).judge(reference)
+    report = same.report
+    assert report is not None and report.exact and report.skipped == 0
+    assert same.status == "within" and report.probe is not None and report.probe.status == "within", str(same)
+    assert report.budget is not None and report.budget.name == f"baseline {q8.name}"
+    assert "band limits: 1.5x the baseline model.gguf's KLD mean in the same band" in str(report)
+    bad = edits(q8, "gguf_set_metadata", "llama.rope.freq_base", "200000")
+    judged = dataclasses.replace(judge_on(bad, hf, folder, genguard_engine), baseline=q8).judge(reference)
+    report = judged.report
+    assert report is not None and report.probe is not None and report.status == "outside", str(judged)
+    assert report.probe.band_violations and "<- the divergence starts here" in str(report)
