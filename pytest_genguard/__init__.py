@@ -64,6 +64,9 @@ _EXPORTS: dict[str, str] = {
     "calibrate": "hf.fidelity",
     "load_smollm2": "hf.smollm2",
     "smollm2_folder": "hf.smollm2",
+    "load_gemma3": "hf.gemma3",
+    "gemma3_folder": "hf.gemma3",
+    "gemma3_gguf": "hf.gemma3",
     "model_fingerprint": "hf.fingerprint",
     "tokenizer_fingerprint": "hf.tokenizer_hash",
     "GenerationRecorder": "hf.recorder",
@@ -146,6 +149,11 @@ if TYPE_CHECKING:
     from pytest_genguard.hf.fidelity import calibrate as calibrate, fidelity as fidelity
     from pytest_genguard.hf.finetune import FineTuned as FineTuned, finetune as finetune
     from pytest_genguard.hf.fingerprint import model_fingerprint as model_fingerprint
+    from pytest_genguard.hf.gemma3 import (
+        gemma3_folder as gemma3_folder,
+        gemma3_gguf as gemma3_gguf,
+        load_gemma3 as load_gemma3,
+    )
     from pytest_genguard.hf.invariants import (
         assert_batch_invariant as assert_batch_invariant,
         assert_cache_invariant as assert_cache_invariant,

@@ -108,16 +108,21 @@ _NOT_ARCHITECTURE = frozenset(
 
 # transformers 5 folded these 4.x keys into ``rope_parameters``; 4.x configs are folded the same way.
 _ROPE_KEYS = ("rope_theta", "rope_scaling", "partial_rotary_factor", "rotary_pct", "rotary_emb_base")
+_LOCAL_ROPE = "rope_local_base_freq"
+"""4.x Gemma 3's rope base of its sliding-window layers (``rope_theta`` and ``rope_scaling`` are its global layers'):
+5.x keeps one set of rope parameters per layer type, ``rope_parameters.sliding_attention`` and ``.full_attention``."""
 
 
 def _fold_rope(config: dict[str, Any]) -> None:
-    """Rewrite 4.x rope keys as 5.x's ``rope_parameters`` (theta, type, scaling, partial factor), in place."""
+    """Rewrite 4.x rope keys as 5.x's ``rope_parameters`` (theta, type, scaling, partial factor), in place; 4.x
+    Gemma 3's per layer type, as 5.x does."""
     if isinstance(config.get("rope_parameters"), dict):
-        for key in _ROPE_KEYS:
+        for key in (*_ROPE_KEYS, _LOCAL_ROPE):
             config.pop(key, None)  # 5.x: the same values are inside rope_parameters
         return
     if "rope_theta" not in config and "rotary_emb_base" not in config:
         return  # no rotary embeddings (gpt2, t5)
+    local = config.pop(_LOCAL_ROPE, None)
     scaling = config.get("rope_scaling")
     rope: dict[str, Any] = dict(scaling) if isinstance(scaling, dict) else {}
     if "type" in rope:
@@ -131,7 +136,13 @@ def _fold_rope(config: dict[str, Any]) -> None:
         rope["partial_rotary_factor"] = partial
     for key in _ROPE_KEYS:
         config.pop(key, None)
-    config["rope_parameters"] = rope
+    if local is None:
+        config["rope_parameters"] = rope
+    else:  # 5.x: the global layers take rope_theta and rope_scaling, the sliding ones their own base, unscaled
+        config["rope_parameters"] = {
+            "full_attention": rope,
+            "sliding_attention": {"rope_type": "default", "rope_theta": local},
+        }
 
 
 def _canonical(value: Any) -> Any:
@@ -150,7 +161,8 @@ def _flatten(config: dict[str, Any], prefix: str, out: dict[str, JSONScalar], *,
         if value is None:
             continue  # unset: the same as absent (5.x fills in some defaults that 4.x left as None)
         if isinstance(value, dict):
-            _flatten(value, f"{name}.", out, fold=key not in ("rope_parameters", "rope_scaling"))
+            # rope parameters are never a config, nor are those of a layer type inside them (5.x Gemma 3's)
+            _flatten(value, f"{name}.", out, fold=fold and key not in ("rope_parameters", "rope_scaling"))
         elif isinstance(value, (list, tuple)):
             out[name] = json.dumps([_canonical(v) for v in value], sort_keys=True, default=str)
         elif isinstance(value, (str, int, float, bool)):

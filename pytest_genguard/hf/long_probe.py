@@ -8,9 +8,10 @@ Lincoln's Second Inaugural Address, all public domain) is tokenized by the model
 `probe_length()` tokens: at least `PROBE_TOKENS` (2,048), and twice the sliding window when that is longer, but no
 more than the model's context (the text is read again from its start when a tokenizer needs more). Both sides give
 their logits a chunk of positions at a time (`CHUNK`): the model by chunked prefill through its own KV cache, an
-engine from its one pass, so the float64 log-softmax over the full vocabulary never holds more than a chunk (2048 x
-49152 float64 would be 800 MB). The reference side is computed once per model state and kept (`reference_chunks`);
-the calibration on it (`probe_calibration`) is stored in genguard's cache, keyed by the model and the environment.
+engine from its one pass, and the float64 log-softmax over the full vocabulary is taken `ROWS` positions at a time
+(2048 x 262,144 float64, Gemma 3's, would be 4.3 GB a tensor). The reference side is computed once per model state and
+kept (`reference_chunks`); the calibration on it (`probe_calibration`) is stored in genguard's cache, keyed by the
+model and the environment.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "CHUNK",
     "PROBE_CACHE_FORMAT",
     "PROBE_TOKENS",
+    "ROWS",
     "TEXT_NAME",
     "ProbeJudge",
     "ProbeLogits",
@@ -65,7 +67,10 @@ __all__ = [
 PROBE_TOKENS = 2048
 """The probe's length in tokens, unless the model's context is shorter (or twice its sliding window longer)."""
 CHUNK = 256
-"""Positions per chunk: 256 x 262,144 float64 (a Gemma 3 vocabulary) is 512 MB at most."""
+"""Positions per chunk of logits: 256 x 262,144 float32 (Gemma 3's vocabulary) is 268 MB a side."""
+ROWS = 32
+"""Positions per float64 step computation: each of its [rows, vocabulary] tensors is 67 MB at Gemma 3's vocabulary
+(a whole chunk's were 537 MB, five of them alive at once: the probe of Gemma 3 270M peaked at 7.4 GB)."""
 TEXT_NAME = "the built-in long text (the Declaration of Independence, the Gettysburg and Second Inaugural Addresses)"
 
 ProbeLogits = Callable[[Sequence[int]], Iterator["torch.Tensor"]]
@@ -177,11 +182,12 @@ def probe_steps(
                 f"{ref.shape[-1]}: they are not the same model's"
             )
         predicted = list(ids[offset + 1 : offset + 1 + ref.shape[0]])
-        n = len(predicted)
-        if n:
-            lp = torch.log_softmax(ref[:n].double(), dim=-1).cpu()
-            lq = torch.log_softmax(cand[:n].double(), dim=-1).cpu()
-            out += exact_steps(lp, lq, predicted, offset=offset + 1)
+        for start in range(0, len(predicted), ROWS):  # float64 over the vocabulary, a few rows at a time
+            rows = predicted[start : start + ROWS]
+            end = start + len(rows)
+            lp = torch.log_softmax(ref[start:end].double(), dim=-1).cpu()
+            lq = torch.log_softmax(cand[start:end].double(), dim=-1).cpu()
+            out += exact_steps(lp, lq, rows, offset=offset + 1 + start)
         offset += ref.shape[0]
     return out
 

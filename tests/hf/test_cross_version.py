@@ -81,3 +81,52 @@ def test_a_trace_from_pytest_genguard_0_1_without_a_config_is_judged_by_its_weig
     assert compare(old, stored).verdict is Verdict.IDENTICAL  # another hash of the config: not comparable, not stale
     other = dataclasses.replace(old.model, weights_hash="f" * 64)  # type: ignore[arg-type]
     assert compare(dataclasses.replace(old, model=other), stored).verdict is Verdict.STALE
+
+
+# Gemma 3's rope as each major writes it (``config.to_dict()`` of Gemma3TextConfig(rope_theta=1e6,
+# rope_local_base_freq=1e4, rope_scaling={"rope_type": "linear", "factor": 8.0}), the 4B-27B models' settings): 4.57
+# names the sliding-window layers' base on its own, 5.x keeps one set of rope parameters per layer type.
+GEMMA3_ROPE_457 = {
+    "model_type": "gemma3_text",
+    "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    "sliding_window": 1024,
+}
+GEMMA3_ROPE_5 = {
+    "model_type": "gemma3_text",
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+    },
+    "sliding_window": 1024,
+}
+
+
+def test_gemma3s_rope_per_layer_type_is_one_spelling_on_4_57_and_5() -> None:
+    from transformers import Gemma3TextConfig
+
+    from pytest_genguard.hf.fingerprint import architecture_config
+
+    expected = {
+        "model_type": "gemma3_text",
+        "rope_parameters.full_attention.factor": 8,
+        "rope_parameters.full_attention.rope_theta": 1000000,
+        "rope_parameters.full_attention.rope_type": "linear",
+        "rope_parameters.sliding_attention.rope_theta": 10000,
+        "rope_parameters.sliding_attention.rope_type": "default",
+        "sliding_window": 1024,
+    }
+    assert architecture_config(GEMMA3_ROPE_457) == architecture_config(GEMMA3_ROPE_5) == expected
+    installed = Gemma3TextConfig(
+        rope_theta=1e6,
+        rope_local_base_freq=1e4,
+        rope_scaling={"rope_type": "linear", "factor": 8.0},
+        sliding_window=1024,
+    )
+    assert {k: v for k, v in architecture_config(installed.to_dict()).items() if k.startswith("rope")} == {
+        k: v for k, v in expected.items() if k.startswith("rope")
+    }
+    # Its negative control: the sliding layers' base moved is a key both majors share, so a snapshot names it.
+    moved = architecture_config({**GEMMA3_ROPE_457, "rope_local_base_freq": 1e5})
+    assert moved["rope_parameters.sliding_attention.rope_theta"] == 100000

@@ -95,3 +95,17 @@ def test_fidelity_refuses_bad_budgets_and_references_naming_them(subject: tuple[
         gg.fidelity(candidate, tokenizer, trace, budget={"kld": 1.0})
     with pytest.raises(TypeError, match="reference must be a GenerationTrace"):
         gg.fidelity(candidate, tokenizer, trace.to_json())  # type: ignore[arg-type]
+
+
+def test_the_exact_kld_counts_a_term_by_the_references_mass_alone() -> None:
+    from pytest_genguard.hf.full_vocabulary import exact_steps
+
+    inf = math.inf
+    # Row 0: the reference gives id 2 no mass (its p underflows to 0) and neither does the candidate (0 * inf): 0.
+    # Row 1: the reference gives id 2 mass the candidate gives none: KL is infinite.
+    half, quarter = math.log(0.5), math.log(0.25)
+    lp = torch.tensor([[half, half, -inf], [half, quarter, quarter]], dtype=torch.float64)
+    lq = torch.tensor([[quarter, math.log(0.75), -inf], [half, half, -inf]], dtype=torch.float64)
+    first, second = exact_steps(lp, lq, [0, 0])
+    assert first.kld == pytest.approx(0.5 * math.log(2) + 0.5 * math.log(0.5 / 0.75), rel=1e-12)
+    assert second.kld == inf

