@@ -106,3 +106,46 @@ def edits(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
         return made_once(tmp_path_factory, f"gguf-edit-{key}", lambda folder: edited(source, folder, script, *args))
 
     return edit
+
+
+GEMMA_PROMPTS = [
+    "The history of the printing press begins",
+    "def fibonacci(n):",
+    "Café déjà vu — 123 😊 and the digits 1234567890:",
+]
+"""Gemma 3 270M is a base model (no chat template): three texts, 16 greedy steps each (its 262,144-token vocabulary
+makes every pass heavy)."""
+
+
+@pytest.fixture(scope="session")
+def gemma_folder() -> Path:
+    """Gemma 3 270M's float32 folder (`hf.gemma3`), skipped, naming the install command, without its packages."""
+    from pytest_genguard.hf.gemma3 import gemma3_folder
+
+    try:
+        return gemma3_folder()
+    except GenguardError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def gemma_hf(gemma_folder: Path) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(gemma_folder, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(gemma_folder)
+
+
+@pytest.fixture(scope="session")
+def gemma_reference(gemma_hf: tuple[Any, Any], llama_cpp_extra: None, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Its float32 greedy trace, calibrated for the GGUF types' presets (int8), made once per run."""
+    from pytest_genguard import GenerationTrace, calibrate
+
+    model, tokenizer = gemma_hf
+
+    def make() -> str:
+        trace = record(model, tokenizer, GEMMA_PROMPTS, max_new_tokens=16, top_k=5, do_sample=False)
+        return str(calibrate(model, tokenizer, trace, precisions=("int8",)).to_json())
+
+    return GenerationTrace.from_json(once_per_run(tmp_path_factory, "gemma3-gguf-reference.json", make))

@@ -186,6 +186,9 @@ def test_each_file_type_has_one_judgement() -> None:
     # An F32 file's cache decides: each cache type its own preset; a quantized file's preset was measured with the
     # f16 cache, so another cache type asks for a budget or a baseline.
     assert [judgement("F32", kind)[0].name for kind in ("bf16", "q8_0", "q4_0")] == ["kv-bf16", "kv-q8_0", "kv-q4_0"]
+    # With an f32 cache, a model whose tanh GELU llama.cpp reads from a float16 table (Gemma) is lossy there alone.
+    tabled, why = judgement("F32", "f32", tabled=True)
+    assert tabled is not None and tabled.name == "kv-f32" and "a float16 table" in why
     with pytest.raises(ValueError, match="file type Q8_0 with a q4_0 KV cache has no preset"):
         judgement("Q8_0", "q4_0")
 

@@ -28,3 +28,22 @@ def test_a_q8_0_against_itself_is_within_and_its_rope_edit_outside_by_the_probes
     report = judged.report
     assert report is not None and report.probe is not None and report.status == "outside", str(judged)
     assert report.probe.band_violations and "<- the divergence starts here" in str(report)
+
+
+def test_gemma3s_shipped_q4_k_m_is_within_itself_as_baseline_and_its_rope_edit_outside_it(
+    gemma_hf: tuple[Any, Any], gemma_folder: Path, gemma_reference: Any, genguard_engine: Any, edits: Any
+) -> None:
+    # Within gguf-q4_k_m (its bands at 0.18x of it: a bug under the preset's floor), outside the file it replaces by
+    # 2.9-3.8x in the bands past position 128 (the allowance: 1.5x, core.baseline).
+    from pytest_genguard.core.gate import STATUS_EXIT
+    from pytest_genguard.hf.gemma3 import gemma3_gguf
+
+    shipped = gemma3_gguf()
+    same = dataclasses.replace(judge_on(shipped, gemma_hf, gemma_folder, genguard_engine), baseline=shipped)
+    assert same.judge(gemma_reference).status == "within"
+    bad = edits(shipped, "gguf_set_metadata", "gemma3.rope.freq_base", "100000")
+    judge = judge_on(bad, gemma_hf, gemma_folder, genguard_engine)
+    assert judge.judge(gemma_reference).status == "within"  # its type's preset cannot see it
+    report = dataclasses.replace(judge, baseline=shipped).judge(gemma_reference).report
+    assert report is not None and report.probe is not None and STATUS_EXIT[report.status] == 1, str(report)
+    assert [b.start for b, _ in report.probe.band_violations][:1] == [128], str(report)
