@@ -3,10 +3,10 @@ the report that judges a candidate by them (`FidelityReport`, its failure text).
 
 A budget is a `Budget` (frozen; unset limits are not judged), a preset name (``"bf16"``, ``"fp16"``, ``"int8"``,
 ``"int4"``; for a GGUF file of llama.cpp, the presets of its file type: ``"gguf-q8_0"``, ``"gguf-q6_k"``,
-``"gguf-q4_k_m"``, ``"gguf-q4_1"``) or a mapping of limits (``{"kld_mean": 1e-4, "top1_agreement": 0.99}``). The
-presets' numbers were measured on real quantizers here (docs/fidelity.md, docs/engines.md, benchmarks/RESULTS.md:
-each correct quantization holds its preset with the margin written there, and realistic bugs of the same precision
-fail it).
+``"gguf-q4_k_m"``, ``"gguf-q4_1"``; for a file lossy in its KV cache alone, ``"kv-f16"`` ...) or a mapping of limits
+(``{"kld_mean": 1e-4, "top1_agreement": 0.99}``). The presets (`core.presets`) were measured on real quantizers here
+(docs/fidelity.md, docs/engines.md, benchmarks/RESULTS.md: each correct quantization holds its preset with the margin
+written there, and realistic bugs of the same precision fail it).
 
 With a lower bound (a reference trace without its model), a KLD above its limit is proven; a KLD within it is not
 (the true value may be higher): the report says so, with how much of the reference's mass the recorded top-k covered.
@@ -21,14 +21,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_genguard.core.fidelity import StepFidelity, aggregate, trace_fidelity
-from pytest_genguard.core.limits import CALIBRATED_METRICS, LIMITS, PRECISIONS, STATUSES, Budget, calibration_key
-from pytest_genguard.core.long_context import Coverage, ProbeInfo, bands
+from pytest_genguard.core.limits import (
+    CALIBRATED_METRICS,
+    CALIBRATIONS,
+    DEFAULT_CALIBRATION,
+    KV_CACHE_PRECISIONS,
+    LIMITS,
+    PRECISIONS,
+    STATUSES,
+    Budget,
+    calibration_key,
+)
+from pytest_genguard.core.long_context import Band, BandRule, Coverage, ProbeInfo, bands
+from pytest_genguard.core.presets import GGUF_TYPE_PRESETS, KV_CACHE_PRESETS, KV_CACHE_TYPES, PRESETS
 from pytest_genguard.core.text import number, plural, quote
 from pytest_genguard.core.trace import GenerationTrace
 
 __all__ = [
     "CALIBRATED_METRICS",
+    "CALIBRATIONS",
+    "DEFAULT_CALIBRATION",
     "GGUF_TYPE_PRESETS",
+    "KV_CACHE_PRECISIONS",
+    "KV_CACHE_PRESETS",
+    "KV_CACHE_TYPES",
     "LIMITS",
     "PRECISIONS",
     "PRESETS",
@@ -42,77 +58,6 @@ __all__ = [
     "traces_report",
     "worst_status",
 ]
-
-_CAST_RATIOS = (("kld_mean", 2.0), ("kld_p99", 3.0))
-"""bf16 and fp16: a correct cast is genguard's own cast (1.00x on every metric, SmolLM2-135M and the tiny llama);
-the mildest realistic bug measured, one post-attention norm off by 5% in bf16 on SmolLM2-135M, costs 2.68x on the
-mean and 4.41x on p99 (docs/fidelity.md)."""
-_QUANT_RATIOS = (("kld_mean", 4.0), ("kld_p99", 6.0))
-"""int8 and int4: quantizers differ from genguard's round-to-nearest by method (torchao's int8 weight-only costs
-1.13x on SmolLM2-135M but 2.02x the mean and 3.01x p99 on the tiny llama; optimum-quanto's int4 0.58-0.82x); the
-realistic bugs cost 10x and more (one layer's down_proj in int4 per tensor: 10.7-35x; the output head int4 per
-tensor on the tiny llama; torch's quantize_dynamic on SmolLM2-135M: 504x)."""
-
-_GGUF_FIXED = "measured on SmolLM2-135M-Instruct alone (docs/engines.md)"
-_GGUF_Q8_0 = (("kld_mean", 4.0), ("kld_p99", 8.0))
-"""gguf-q8_0 (x the reference's own int8): llama.cpp's Q8_0 of SmolLM2-135M-Instruct costs 1.40x the mean and 3.05x
-p99 of genguard's int8 (margins 2.9x, 2.6x); one FFN norm weight x1.25 costs 15.7x / 48.1x (3.9x, 6.0x outside), the
-rope base 1e5 -> 1e4 31.5x / 64.9x (docs/engines.md, benchmarks/gguf_presets.py)."""
-_GGUF_Q6_K = (("kld_mean", 8.0), ("kld_p99", 16.0))
-"""gguf-q6_k: Q6_K costs 3.09x / 5.83x (margins 2.6x, 2.7x); the norm bug 18.3x / 57.6x (2.3x, 3.6x outside), the
-rope bug 62.9x / 129x."""
-_GGUF_Q4_K_M = (("kld_mean", 25.0), ("kld_p99", 35.0))
-"""gguf-q4_k_m: Q4_K_M costs 13.5x / 14.7x (margins 1.85x, 2.4x); the norm bug 42.7x / 77.8x (1.7x, 2.2x outside),
-the rope bug 52.2x / 108x. On a copy whose weights are off Q4_1's grid (benchmarks/gguf_presets.py --off-grid 0.1):
-10.8x / 6.5x, the norm bug 28.9x (1.16x outside), the rope bug 40.7x."""
-_GGUF_Q4_1 = (("kld_mean", 50.0), ("kld_p99", 35.0))
-"""gguf-q4_1: SmolLM2's weights are its shipped Q4_1 file dequantized, so there Q4_1 costs 1.27x / 2.63x only; on the
-off-grid copy a correct Q4_1 costs 31.2x / 13.8x (margins 1.6x, 2.5x), as llama.cpp's scoreboard puts Q4_1 above
-Q4_K_M (2.3x on Llama 3 8B). On SmolLM2 the norm bug (17.1x / 47.9x) and the rope bug (31.1x / 62.8x) fail it by
-p99 (1.37x, 1.8x outside); on the off-grid copy no bug measured is outside it, and its traces compare 5 of 96 steps
-(its exact KLD is 57x its int8's): the least founded preset (docs/engines.md)."""
-
-PRESETS: dict[str, Budget] = {
-    # Relative (docs/fidelity.md, benchmarks/RESULTS.md): multiples of the reference model's own conversion to the
-    # precision, measured between the worst correct copy and the mildest realistic bug on SmolLM2-135M-Instruct and
-    # the pinned tiny llama. The fixed limits apply to a reference without calibration figures: measured on the tiny
-    # llama and the 26M-parameter llama (weight-only int8; "int4" also holds torch's quantize_dynamic there).
-    "bf16": Budget(kld_mean=1e-4, kld_p99=3e-3, kld_max=4e-3, name="bf16", ratios=_CAST_RATIOS, precision="bf16"),
-    "fp16": Budget(kld_mean=1e-5, kld_p99=2e-4, kld_max=3e-4, name="fp16", ratios=_CAST_RATIOS, precision="fp16"),
-    "int8": Budget(kld_mean=2e-4, kld_p99=3e-3, kld_max=4e-3, name="int8", ratios=_QUANT_RATIOS, precision="int8"),
-    "int4": Budget(kld_mean=1.5e-1, kld_p90=5e-2, name="int4", ratios=_QUANT_RATIOS, precision="int4"),
-    # llama.cpp's GGUF file types, as llama.cpp's own tools make them (convert_hf_to_gguf.py, llama-quantize), run with
-    # its f16 KV cache: multiples of the reference's own int8 conversion (docs/engines.md). The fixed limits are the
-    # same multiples of SmolLM2-135M-Instruct's int8 (trace bounds: mean 1.38e-3, p99 6.15e-3).
-    "gguf-q8_0": Budget(
-        kld_mean=5e-3, kld_p99=5e-2, name="gguf-q8_0", ratios=_GGUF_Q8_0, precision="int8", fixed_basis=_GGUF_FIXED
-    ),
-    "gguf-q6_k": Budget(
-        kld_mean=1e-2, kld_p99=1e-1, name="gguf-q6_k", ratios=_GGUF_Q6_K, precision="int8", fixed_basis=_GGUF_FIXED
-    ),
-    "gguf-q4_k_m": Budget(
-        kld_mean=3.5e-2,
-        kld_p99=2e-1,
-        name="gguf-q4_k_m",
-        ratios=_GGUF_Q4_K_M,
-        precision="int8",
-        fixed_basis=_GGUF_FIXED,
-    ),
-    "gguf-q4_1": Budget(
-        kld_mean=7e-2, kld_p99=2e-1, name="gguf-q4_1", ratios=_GGUF_Q4_1, precision="int8", fixed_basis=_GGUF_FIXED
-    ),
-}
-
-GGUF_TYPE_PRESETS: dict[str, str] = {
-    "BF16": "bf16",
-    "F16": "fp16",
-    "Q8_0": "gguf-q8_0",
-    "Q6_K": "gguf-q6_k",
-    "Q4_K_M": "gguf-q4_k_m",
-    "Q4_1": "gguf-q4_1",
-}
-"""The preset that judges a GGUF of each llama.cpp file type (``general.file_type``) when no budget is named
-(``genguard check-gguf``); F32 is judged by the float32 rule, other types need a budget."""
 
 
 def budget_of(budget: str | Mapping[str, Any] | Budget | None, *, where: str = "fidelity()") -> Budget | None:
@@ -222,6 +167,8 @@ class FidelityReport:
     coverage: Coverage | None = None
     probe: FidelityReport | None = None
     probe_info: ProbeInfo | None = None
+    band_rule: BandRule | None = None
+    """The long probe's own report is judged band by band too (`core.long_context.BandRule`); None elsewhere."""
 
     @property
     def exact(self) -> bool:
@@ -246,15 +193,32 @@ class FidelityReport:
                 out.append(Violation(key, value, limit, _worst(key, self.steps)))
         return tuple(out)
 
+    @functools.cached_property
+    def bands(self) -> tuple[Band, ...]:
+        """The probe's positions in bands (`core.long_context.bands`); none for a report without a `band_rule`."""
+        return () if self.band_rule is None else bands(self.steps, self.band_rule.sliding_window)
+
+    def band_limit(self, band: Band) -> float | None:
+        """`band`'s KLD mean limit (None: not judged)."""
+        default = None if self.budget is None else self.budget.kld_mean
+        return None if self.band_rule is None else self.band_rule.limit(band, default)
+
+    @functools.cached_property
+    def band_violations(self) -> tuple[tuple[Band, float], ...]:
+        """The bands whose KLD mean breaks their limit, and the limit: each fails the probe on its own."""
+        limits = ((band, self.band_limit(band)) for band in self.bands)
+        return tuple((band, limit) for band, limit in limits if limit is not None and band.kld_mean > limit)
+
     @property
     def holds(self) -> bool:
-        return not self.violations and (self.probe is None or self.probe.holds)
+        return not self.violations and not self.band_violations and (self.probe is None or self.probe.holds)
 
     @property
     def own_status(self) -> str:
-        """The snapshot's status alone: ``"within"`` (holds, every step exact), ``"outside"`` (a limit broken:
-        proven, since a lower bound above a limit is above it) or ``"unproven"`` (holds on lower bounds only)."""
-        if self.violations:
+        """The snapshot's status alone: ``"within"`` (holds, every step exact), ``"outside"`` (a limit broken, or a
+        band's: proven, since a lower bound above a limit is above it) or ``"unproven"`` (holds on lower bounds
+        only)."""
+        if self.violations or self.band_violations:
             return "outside"
         if self.exact:
             return "within"
@@ -299,7 +263,9 @@ class FidelityReport:
         if self.holds:
             return f"fidelity within budget {self.budget}: {plural(n, 'step')}, {kind}"
         names = [v.key for v in self.violations]
-        names += [f"long probe {v.key}" for v in (self.probe.violations if self.probe is not None else ())]
+        if self.probe is not None:
+            names += [f"long probe {v.key}" for v in self.probe.violations]
+            names += [f"long probe {band.name}" for band, _ in self.probe.band_violations[:1]]
         return f"fidelity OUTSIDE budget {self.budget.name}: {', '.join(names)}; {plural(n, 'step')}, {kind}"
 
     def _figures(self) -> list[str]:
@@ -350,7 +316,8 @@ class FidelityReport:
         return lines
 
     def probe_lines(self) -> list[str]:
-        """The long probe's own lines: its verdict and figures, its positions in bands, its broken limits."""
+        """The long probe's own lines: its verdict and figures, its positions in bands (each judged), its broken
+        limits."""
         probe, info = self.probe, self.probe_info
         if probe is None:
             return []
@@ -364,16 +331,21 @@ class FidelityReport:
         ]
         if info is not None and info.basis:
             lines.append(f"    limits: {info.basis}")
-        limit = None if probe.budget is None else probe.budget.kld_mean
-        window = None if info is None else info.sliding_window
-        shown = bands(probe.steps, window)
-        start = next((b for b in shown if limit is not None and b.kld_mean > limit), None)
-        for band in shown:
-            lines.append(f"    {band.line(limit)}" + ("  <- the divergence starts here" if band is start else ""))
+        if probe.band_rule is not None and probe.band_rule.basis:
+            lines.append(f"    band limits: {probe.band_rule.basis}")
+        start = probe.band_violations[0][0] if probe.band_violations else None
+        for band in probe.bands:
+            mark = "  <- the divergence starts here" if band is start else ""
+            lines.append(f"    {band.line(probe.band_limit(band))}{mark}")
         for v in probe.violations:
             op = ">" if LIMITS[v.key] == "max" else "<"
             at = "" if v.worst is None else f" (worst at position {v.worst.step})"
             lines.append(f"    {v.key} = {number(v.value)} {op} limit {v.limit:g}{at}")
+        if start is not None:
+            lines.append(
+                f"    {plural(len(probe.band_violations), 'band')} above its KLD limit, from {start.name}: a bug that "
+                "lives past some position (a rope base, rope scaling, a sliding window) is judged where it lives"
+            )
         return lines
 
     def __str__(self) -> str:
@@ -419,11 +391,23 @@ class FidelityReport:
             c = self.coverage
             out["coverage"] = {"longest": c.longest, "sliding_window": c.sliding_window, "context": c.context}
         if self.probe is not None:
+            probe = self.probe
             out["probe"] = {
-                "status": self.probe.status,
-                "metrics": dict(self.probe.metrics),
-                "limits": None if self.probe.budget is None else self.probe.budget.limits(),
-                "violations": [v.key for v in self.probe.violations],
+                "status": probe.status,
+                "metrics": dict(probe.metrics),
+                "limits": None if probe.budget is None else probe.budget.limits(),
+                "violations": [v.key for v in probe.violations],
+                "bands": [
+                    {
+                        "start": b.start,
+                        "end": b.end,
+                        "steps": b.steps,
+                        "kld_mean": b.kld_mean,
+                        "limit": probe.band_limit(b),
+                        "outside": any(b is v for v, _ in probe.band_violations),
+                    }
+                    for b in probe.bands
+                ],
             }
         return out
 

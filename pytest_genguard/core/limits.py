@@ -13,6 +13,9 @@ from typing import Any
 
 __all__ = [
     "CALIBRATED_METRICS",
+    "CALIBRATIONS",
+    "DEFAULT_CALIBRATION",
+    "KV_CACHE_PRECISIONS",
     "LIMITS",
     "PRECISIONS",
     "STATUSES",
@@ -127,7 +130,18 @@ def _figures(
 
 
 PRECISIONS = ("bf16", "fp16", "int8", "int4")
-"""The precisions genguard converts a reference model to itself (`pytest_genguard.hf.fidelity.calibrate`)."""
+"""The precisions genguard converts a whole reference model to itself (`pytest_genguard.hf.fidelity.calibrate`)."""
+
+KV_CACHE_PRECISIONS = ("kv-f16", "kv-f32", "kv-bf16", "kv-q8_0", "kv-q4_0")
+"""A copy lossy where llama.cpp's arithmetic on float32 weights is: the reference model's attention computed as
+llama.cpp's over a KV cache of that type, and a tanh GELU through ggml's float16 table, its weights untouched
+(`pytest_genguard.hf.kv_cache_copies`): the scale of an F32 file run with that cache."""
+
+CALIBRATIONS = (*PRECISIONS, *KV_CACHE_PRECISIONS)
+"""Every calibration `calibrate()` can store."""
+
+DEFAULT_CALIBRATION = (*PRECISIONS, "kv-f16")
+"""What `calibrate()` stores by default: the whole-model conversions and llama.cpp's default (f16) KV cache."""
 
 CALIBRATED_METRICS = ("kld_mean", "kld_p90", "kld_p99", "kld_max", "top1_agreement")
 """The metrics a calibration stores per precision."""

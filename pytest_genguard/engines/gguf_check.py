@@ -1,156 +1,89 @@
-"""`genguard check-gguf GGUF SNAPSHOT...`: judge a GGUF file (what llama.cpp, Ollama and LM Studio run) against the
-snapshots of the model it was converted from.
+"""A GGUF file (what llama.cpp, Ollama and LM Studio run) judged against the snapshots of the model it was converted
+from: `GGUFJudge`, which ``genguard check-gguf`` (`engines.gguf_command`) and ``pytest --genguard-gguf``
+(`plugin.gguf_check`) open once and ask about every snapshot.
 
-Each snapshot's paths are teacher forced through llama.cpp (`pytest_genguard.engines.llama_cpp`), then judged by
-``--budget``, or else by the GGUF's file type (`judgement()`): an F32 file by the float32 rule (f32 KV cache) or the
-fp16 preset (llama.cpp's f16 KV cache), a quantized file by its type's preset (``gguf-q4_k_m`` ...). Under a budget
-every step of every path is compared from llama.cpp's full distribution (a flip counts; it never ends a path): with
-``--model`` (the snapshot's own model) exactly over the full vocabulary, with the long probe (a built-in text of
-2,048 tokens, past any sliding window) read through both; without it, on the snapshot's recorded top-k (lower bounds,
-proven only against a calibrated snapshot). Exit codes: the one gate of `core.gate` (0 within, 1 outside, 2 bad
-input, 3 stale, 4 unproven). Before that, the GGUF's tokenizer, special tokens and metadata are checked
-(`gguf_conformance`): a mismatch is stale, named, since no logit of a given id sequence shows it.
-
-Kept apart from ``cli.py`` (which reads traces with the core alone): this command loads torch, transformers and
-llama-cpp-python, inside `run()` only.
+Each snapshot's paths are teacher forced through llama.cpp (`pytest_genguard.engines.llama_cpp`), then judged by a
+budget, or else by the GGUF's file type (`judgement()`): an F32 file by the float32 rule (f32 KV cache) or by its
+cache's preset (``kv-f16`` for llama.cpp's default: the cache is the only lossy part), a quantized file by its type's
+preset (``gguf-q4_k_m`` ...); or, given a baseline file (the one you shipped), against that file's own figures
+measured in the same run (`core.baseline`). Under a budget every step of every path is compared from llama.cpp's
+full distribution (a flip counts; it never ends a path): with the snapshot's own model in process exactly over the
+full vocabulary, with the long probe (a built-in text of 2,048 tokens, past any sliding window, judged band by band)
+read through both; without it, on the snapshot's recorded top-k (lower bounds, proven only against a calibrated
+snapshot). The GGUF's tokenizer, special tokens and metadata are checked too (`gguf_conformance`): a mismatch is
+stale, named, since no logit of a given id sequence shows it. Importing this module loads neither torch nor
+llama-cpp-python: `GGUFJudge.open` does.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, PRESETS, Budget, FidelityReport, parse_budget
+from pytest_genguard.core.budget import GGUF_TYPE_PRESETS, KV_CACHE_PRESETS, PRESETS, Budget, FidelityReport
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.comparison import Comparison
-from pytest_genguard.core.documents import parse_document
-from pytest_genguard.core.errors import EngineUnavailable, TraceFormatError
-from pytest_genguard.core.gate import (
-    EXIT_OUTSIDE,
-    EXIT_STALE,
-    EXIT_UNPROVEN,
-    EXIT_USAGE,
-    EXIT_WITHIN,
-    UNPROVEN,
-    exit_for,
-    gate_line,
-)
-from pytest_genguard.core.history import RecorderHistory
-from pytest_genguard.core.long_context import coverage
+from pytest_genguard.core.gate import UNPROVEN, gate_line
+from pytest_genguard.core.long_context import ProbeInfo, coverage
 from pytest_genguard.core.tolerances import Overrides
 from pytest_genguard.core.trace import GenerationTrace
 from pytest_genguard.core.verdict import Verdict
 from pytest_genguard.engines.gguf_transformers import gguf_config_and_tokenizer
+from pytest_genguard.engines.kept_files import KeptPerState
 
 if TYPE_CHECKING:
     from pytest_genguard.engines.gguf_conformance import Mismatch
 
-__all__ = [
-    "EXIT_OK",
-    "EXIT_REGRESSION",
-    "EXIT_STALE",
-    "EXIT_UNPROVEN",
-    "EXIT_USAGE",
-    "BadInput",
-    "GGUFJudge",
-    "GGUFJudged",
-    "add_arguments",
-    "judgement",
-    "run",
-]
-
-EXIT_OK = EXIT_WITHIN
-EXIT_REGRESSION = EXIT_OUTSIDE
+__all__ = ["WITH_MODEL", "BadInput", "GGUFJudge", "GGUFJudged", "gguf_argument", "judgement"]
 
 
 class BadInput(Exception):
     """Input the command cannot judge; its message names the file or argument and the fix."""
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The subcommand's arguments (`cli.build_parser` adds the subparser)."""
-    parser.add_argument("gguf", type=Path, metavar="GGUF", help="the .gguf file llama.cpp runs")
-    parser.add_argument("snapshots", type=Path, nargs="+", metavar="SNAPSHOT", help="a .genguard file or a folder")
-    parser.add_argument(
-        "--budget",
-        default=None,
-        metavar="PRESET|KEY=VALUE,...",
-        help="judge by this fidelity budget (default: by the file type: F32 the float32 rule, or fp16 with an f16 KV "
-        "cache; BF16 bf16; Q8_0, Q6_K, Q4_K_M, Q4_1 their gguf-* presets)",
-    )
-    parser.add_argument(
-        "--kv-cache",
-        default="f16",
-        choices=("f16", "f32"),
-        help="llama.cpp's KV cache type (default: f16, llama.cpp's own; f32 holds the float32 rule on an F32 file)",
-    )
-    parser.add_argument(
-        "--model",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="the snapshot model's save_pretrained folder: its config and tokenizer judge the GGUF's metadata and "
-        "tokenizer, and the model itself is the reference: every figure exact, the long probe read through both "
-        "(default: transformers' reading of the GGUF, which checks the tokenizer only; figures bounded by the "
-        "snapshot's top-k)",
-    )
-    parser.add_argument(
-        "--no-long-probe",
-        action="store_true",
-        help="leave out the long probe (with --model: a built-in text of 2,048 tokens, or the model's context, read "
-        "through the model and the GGUF, judged by the same budget)",
-    )
-
-
-def _traces(paths: list[Path]) -> list[tuple[str, GenerationTrace]]:
-    out = []
-    for path in paths:
-        files = sorted(p for p in path.rglob("*.genguard") if p.is_file()) if path.is_dir() else [path]
-        if not files:
-            raise BadInput(f"{path}: no .genguard files found (snapshots are .genguard files under __snapshots__)")
-        for file in files:
-            try:
-                document = parse_document(file.read_text(encoding="utf-8"), str(file))
-            except (OSError, UnicodeDecodeError) as exc:
-                raise BadInput(f"{file}: cannot read it ({exc}); pass a .genguard snapshot file") from None
-            except TraceFormatError as exc:
-                raise BadInput(str(exc)) from None
-            if isinstance(document, RecorderHistory):
-                raise BadInput(f"{file}: a recorder history; check-gguf judges trace snapshots")
-            out.append((str(file), document))
-    return out
-
-
-def _gguf(path: Path) -> Path:
-    """`path`, checked to be a GGUF file (by its magic bytes)."""
+def gguf_argument(path: Path, what: str = "GGUF") -> Path:
+    """`path`, checked to be a GGUF file (by its magic bytes); `what` names the argument in the error."""
     if not path.is_file():
-        raise BadInput(f"GGUF {path}: no such file; pass the .gguf file llama.cpp runs")
+        raise BadInput(f"{what} {path}: no such file; pass the .gguf file llama.cpp runs")
     with path.open("rb") as f:
         if f.read(4) != b"GGUF":
-            raise BadInput(f"GGUF {path}: not a GGUF file (it does not start with b'GGUF'); pass the .gguf file")
+            raise BadInput(f"{what} {path}: not a GGUF file (it does not start with b'GGUF'); pass the .gguf file")
     return path
 
 
-def judgement(file_type: str, kv_cache: str) -> tuple[Budget | None, str]:
+def judgement(file_type: str, kv_cache: str, *, tabled: bool = False) -> tuple[Budget | None, str]:
     """How a GGUF of llama.cpp file type `file_type` run with a `kv_cache` KV cache is judged when no ``--budget`` is
-    given: (None for the float32 rule, or its preset; why). ValueError for a file type without a preset."""
+    given: (None for the float32 rule, or its preset; why). ValueError for a file type without a preset. An F32
+    file's only lossy parts are its cache and, for a model with a tanh GELU (`tabled`:
+    `hf.kv_cache_copies.tabled_activation`), ggml's float16 GELU table: its preset scales the reference's own copy
+    lossy in just those parts."""
+    if file_type == "F32" and kv_cache == "f32" and tabled:
+        return PRESETS["kv-f32"], (
+            "preset kv-f32: an F32 file with an f32 KV cache, but llama.cpp computes this model's tanh GELU through "
+            "a float16 table, judged against the reference model's own copy rounded there"
+        )
     if file_type == "F32" and kv_cache == "f32":
         return None, "float32 rule: an F32 file with an f32 KV cache computes in float32"
     if file_type == "F32":
-        return PRESETS["fp16"], (
-            "preset fp16: an F32 file, but llama.cpp's f16 KV cache rounds every key and value to float16, a float16 "
-            "precision change the float32 rule would call a regression; --kv-cache f32 for the float32 rule"
+        cache = KV_CACHE_PRESETS[kv_cache]
+        return PRESETS[cache], (
+            f"preset {cache}: an F32 file whose {kv_cache} KV cache alone is lossy (llama.cpp rounds every key and "
+            "value to it, and the queries and attention weights its products take), judged against the reference "
+            f"model's own attention over a {kv_cache} cache; --kv-cache f32 for the float32 rule"
         )
     name = GGUF_TYPE_PRESETS.get(file_type)
     if name is None:
         known = ", ".join(f"{t} {p}" for t, p in GGUF_TYPE_PRESETS.items())
         raise ValueError(
-            f"file type {file_type} has no preset (F32 is judged by the float32 rule; {known}); pass --budget "
-            f"(a preset: {', '.join(PRESETS)}, or limits KEY=VALUE,...)"
+            f"file type {file_type} has no preset (F32 is judged by the float32 rule or its KV cache's preset; "
+            f"{known}); pass --budget (a preset: {', '.join(PRESETS)}, or limits KEY=VALUE,...) or --baseline FILE"
+        )
+    if kv_cache not in ("f16", "f32"):
+        raise ValueError(
+            f"file type {file_type} with a {kv_cache} KV cache has no preset (the type presets were measured with "
+            f"llama.cpp's f16 cache, and a {kv_cache} cache adds a loss of its own); pass --budget or --baseline FILE"
         )
     return PRESETS[name], f"preset {name}: the preset of file type {file_type}"
 
@@ -193,6 +126,7 @@ class GGUFJudged:
     probe: FidelityReport | None = None
     """The long probe of a file judged by the float32 rule, by `fp16` (`GGUFJudge._rule_probe`; a budget's probe is
     in `report`)."""
+    probe_info: ProbeInfo | None = None
 
     @property
     def status(self) -> str:
@@ -225,15 +159,19 @@ class GGUFJudged:
             return f"{self.report}\n  {gate_line(self.report, in_process=WITH_MODEL)}"
         lines = [str(self.comparison)] + ([f"  {self.coverage_line}"] if self.coverage_line else [])
         if self.probe is not None:
-            m = self.probe.metrics
-            said = "within" if self.probe.holds else "OUTSIDE"
             lines.append(
-                f"  long probe {said} fp16 (the float32 rule's allowance is a short path's rounding: over 2,048 "
-                f"positions llama.cpp's and torch's float32 sums drift past it): KLD mean {m['kld_mean']:.3g}, max "
-                f"{m['kld_max']:.3g}; {self.probe.budget}"
+                "  the long probe is judged by fp16 (the float32 rule's allowance is a short path's rounding: over "
+                "2,048 positions llama.cpp's and torch's float32 sums drift past it):"
             )
+            lines += FidelityReport((), probe=self.probe, probe_info=self.probe_info).probe_lines()
         return "\n".join(lines)
 
+
+_KEEP_PROBES = 8
+_PROBES: dict[tuple[str, str], KeptPerState[Any]] = {}
+"""The long probe's steps of each GGUF read in this process, per reference model state and KV cache, kept per state of
+the file (`kept_files`): a session that judges a file against several baselines, or a baseline against several
+candidates, reads each file's probe once (2,047 positions: about 1 MB each)."""
 
 WITH_MODEL = "pass the snapshot's model folder (--model DIR, --genguard-gguf-model DIR): exact over the full vocabulary"
 """How a GGUF's bound is proven with the reference model at hand (`core.gate.unproven_hint`)."""
@@ -258,9 +196,14 @@ class GGUFJudge:
     probe: bool = True
     gguf_config: Any = None
     """The GGUF's own config as transformers reads it: `config` while no model is loaded."""
+    baseline: Path | None = None
+    """A known-good GGUF of the same model (the file you shipped): every snapshot is judged against it instead of a
+    budget, both files measured in the same run against the same reference (`core.baseline`)."""
     _logits: Any = None
     _probe: Any = None
     _weights: str | None = None
+    _baseline_logits: Any = None
+    _baseline_probe: Any = None
 
     @classmethod
     def open(
@@ -271,24 +214,26 @@ class GGUFJudge:
         model_dir: Path | None = None,
         budget: Budget | None = None,
         probe: bool = True,
+        baseline: Path | None = None,
     ) -> GGUFJudge:
-        """`BadInput` for a file that is not a GGUF or a model folder without a config; `EngineUnavailable` without
-        the llama_cpp extra; with `budget` None, `BadInput` for a file type without a preset (`judgement()`). Each
-        is raised before the Hugging Face side is loaded."""
-        path = _gguf(gguf)
+        """`BadInput` for a file that is not a GGUF (or a `baseline` that is not) or a model folder without a config;
+        `EngineUnavailable` without the llama_cpp extra; with neither `budget` nor `baseline`, `BadInput` for a file
+        type without a preset (`judgement()`). Each is raised before the Hugging Face side is loaded."""
+        path = gguf_argument(gguf)
+        known = None if baseline is None else gguf_argument(baseline, "--baseline")
         from pytest_genguard.engines import engine
 
         llama = engine("llama_cpp", kv_cache=kv_cache)
         from pytest_genguard.engines.llama_cpp import file_type
 
         kind = file_type(path)
-        if budget is None:
+        if budget is None and known is None:
             try:
                 judgement(kind, kv_cache)
             except ValueError as exc:
                 raise BadInput(f"GGUF {path}: {exc}") from None
         model, tokenizer, config = _hf_side(path, model_dir)
-        return cls(path, kv_cache, kind, model, tokenizer, llama, model_dir, probe, config)
+        return cls(path, kv_cache, kind, model, tokenizer, llama, model_dir, probe, config, known)
 
     @property
     def config(self) -> Any:
@@ -316,10 +261,18 @@ class GGUFJudge:
 
     def judgement(self, budget: Budget | None = None) -> tuple[Budget | None, str]:
         """(None for the float32 rule, or the budget; why): `budget` when given, else by the file type
-        (`judgement()`; ValueError for a type without a preset)."""
+        (`judgement()`; ValueError for a type without a preset). A judge with a `baseline` judges by it
+        (`judge()`), whatever the budget."""
+        if self.baseline is not None:
+            return None, (
+                f"the baseline {self.baseline.name}: its KLD measured in this run against the same reference, within "
+                "an allowance of what separates two correct conversions"
+            )
         if budget is not None:
             return budget, f"budget {budget.name}"
-        return judgement(self.file_type, self.kv_cache)
+        from pytest_genguard.hf.kv_cache_copies import tabled_activation
+
+        return judgement(self.file_type, self.kv_cache, tabled=tabled_activation(self.config))
 
     def logits(self) -> Any:
         """llama.cpp's context on the file, loaded once."""
@@ -337,123 +290,81 @@ class GGUFJudge:
             self._weights = weights_hash(self.model)
         return reference.model is not None and reference.model.weights_hash == self._weights
 
+    def _probe_of(self, path: Path, logits: Any) -> Any:
+        """The long probe of the GGUF at `path` (its llama.cpp context `logits`): read once per state of the file,
+        KV cache and reference model in this process (`_PROBES`), whichever judge asks."""
+        from pytest_genguard.engines.base import engine_chunks
+        from pytest_genguard.hf.long_probe import probe_judge
+        from pytest_genguard.hf.weights_hash import weights_hash
+
+        kept = _PROBES.setdefault((weights_hash(self.model), self.kv_cache), KeptPerState(_KEEP_PROBES))
+        return probe_judge(self.model, self.tokenizer, engine_chunks(logits), lambda read: kept.get(path, read))
+
     def _probe_judge(self) -> Any:
         if self._probe is None:
-            from pytest_genguard.engines.base import engine_chunks
-            from pytest_genguard.hf.long_probe import probe_judge
-
-            self._probe = probe_judge(self.model, self.tokenizer, engine_chunks(self.logits()))
+            self._probe = self._probe_of(self.path, self.logits())
         return self._probe
+
+    def _baseline(self, reference: GenerationTrace, steps: int, probe: bool) -> Any:
+        """The baseline file as `hf.fidelity.judged_logits` takes it: its llama.cpp context (loaded once, with the
+        same KV cache) forced along `reference`, and its long probe (read once) when the candidate's is read."""
+        from pytest_genguard.engines.base import forced_engine_logits
+        from pytest_genguard.hf.fidelity import Baseline
+
+        assert self.baseline is not None
+        if self._baseline_logits is None:
+            self._baseline_logits = self.llama.backend.load(self.baseline)
+        if probe and self._baseline_probe is None:
+            self._baseline_probe = self._probe_of(self.baseline, self._baseline_logits)
+        logits = forced_engine_logits(self._baseline_logits, reference, steps)
+        return Baseline(logits, self._baseline_probe if probe else None, self.baseline.name)
 
     def judge(
         self, reference: GenerationTrace, *, budget: Budget | None = None, overrides: Overrides | None = None
     ) -> GGUFJudged:
         """`reference`'s paths teacher forced through llama.cpp and judged: by `budget`, else by the file type; the
         float32 rule under `overrides` (a test's tolerances). Under a budget every step is compared, exactly when the
-        model in process is the snapshot's, with the long probe (read once per judge)."""
+        model in process is the snapshot's, with the long probe (read once per judge). With a `baseline` the
+        snapshot is judged against it instead (`core.baseline`)."""
         limits, why = self.judgement(budget)
-        if limits is None:
+        if limits is None and self.baseline is None:
             model = self.hf_model()
             candidate = self.llama.record_model(model, self.tokenizer, reference=reference, converted=self.path)
             args = (overrides or Overrides()).args()
             cmp = compare(reference, candidate, check_fingerprints=False, **args)
-            probe = self._rule_probe() if self.probe and self.model_dir is not None else None
-            return GGUFJudged(why, candidate, comparison=cmp, coverage_line=self._coverage(reference), probe=probe)
+            probe, info = self._rule_probe() if self.probe and self.model_dir is not None else (None, None)
+            line = self._coverage(reference)
+            return GGUFJudged(why, candidate, comparison=cmp, coverage_line=line, probe=probe, probe_info=info)
         from pytest_genguard.engines.base import forced_engine_logits
         from pytest_genguard.hf.fidelity import judged_logits
 
         exact = self.is_reference(reference)
         steps = max((len(p.steps) for p in reference.prompts), default=0)
+        read = self.probe and self.model_dir is not None
         report = judged_logits(
             forced_engine_logits(self.logits(), reference, steps),
             self.tokenizer,
             reference,
             budget=limits,
             reference_model=self.model if exact else None,
-            probe=self._probe_judge() if self.probe and self.model_dir is not None else None,
+            probe=self._probe_judge() if read else None,
             config=self.config,
             where="check-gguf",
+            baseline=None if self.baseline is None else self._baseline(reference, steps, read),
         )
         if self.model_dir is not None and not exact:
             why += "; bounded by the snapshot's top-k: the --model folder's weights are not the snapshot's model's"
         return GGUFJudged(why, report=report)
 
-    def _rule_probe(self) -> FidelityReport:
+    def _rule_probe(self) -> tuple[FidelityReport, ProbeInfo]:
         """The long probe of a file judged by the float32 rule, judged by `fp16` on the probe instead: the rule's
         allowance is a short path's rounding, and llama.cpp's and torch's float32 sums drift past it over 2,048
         positions with no bug (3.4e-5 in a logprob at position 401 on SmolLM2's F32 file, f32 KV cache)."""
-        report: FidelityReport = self._probe_judge()(PRESETS["fp16"])[0]
-        return report
+        judged: tuple[FidelityReport, ProbeInfo] = self._probe_judge()(PRESETS["fp16"])
+        return judged
 
     def _coverage(self, reference: GenerationTrace) -> str:
         from pytest_genguard.hf.long_probe import window_and_context
 
         window, context = window_and_context(self.config)
         return coverage(reference, sliding_window=window, context=context).line()
-
-
-def check(
-    gguf: Path,
-    snapshots: list[Path],
-    *,
-    budget: str | None = None,
-    kv_cache: str = "f16",
-    model_dir: Path | None = None,
-    probe: bool = True,
-    out: IO[str] | None = None,
-) -> int:
-    """The command's work; returns its exit code (`core.gate`; bad input raises `BadInput`)."""
-    stream = out if out is not None else sys.stdout
-    limits = None
-    if budget is not None:
-        try:
-            limits = parse_budget(budget)
-        except ValueError as exc:
-            raise BadInput(str(exc)) from None
-    path = _gguf(gguf)
-    traces = _traces(snapshots)
-    try:
-        judge = GGUFJudge.open(path, kv_cache=kv_cache, model_dir=model_dir, budget=limits, probe=probe)
-    except EngineUnavailable as exc:
-        raise BadInput(str(exc)) from None
-    _, why = judge.judgement(limits)
-    stream.write(f"judged by {why if budget is None else f'--budget {budget}'}\n")
-    if model_dir is None:
-        stream.write(
-            "metadata: not checked, figures bounded by the snapshots' top-k, no long probe (without --model the "
-            "config is the GGUF's own and the reference model is not in process)\n"
-        )
-    elif not probe:
-        stream.write("long probe: left out (--no-long-probe)\n")
-    mismatches = judge.mismatches([t for _, t in traces])
-    for mismatch in mismatches:
-        stream.write(f"stale: {mismatch}\n")
-    statuses = ["stale"] if mismatches else []
-    for name, reference in traces:
-        judged = judge.judge(reference, budget=limits)
-        where = f"{name} -> {path.name} ({judge.file_type}, KV cache {kv_cache})"
-        statuses.append(judged.status)
-        if judged.report is None:
-            stream.write(f"{where}: {'holds' if judged.holds else 'REGRESSION'} (float32 rule)\n{judged}\n")
-        else:
-            said = {"within": "within", "unproven": "UNPROVEN (within on lower bounds only, which proves nothing)"}
-            stream.write(f"{where}: {said.get(judged.status, 'OUTSIDE THE BUDGET')}\n{judged}\n")
-    code = exit_for(statuses)
-    stream.write(f"{len(traces)} snapshots: exit {code}\n")
-    return code
-
-
-def run(args: argparse.Namespace) -> int:
-    """`genguard check-gguf` from parsed arguments: its exit code, bad input reported on stderr (2)."""
-    try:
-        return check(
-            args.gguf,
-            args.snapshots,
-            budget=args.budget,
-            kv_cache=args.kv_cache,
-            model_dir=args.model,
-            probe=not args.no_long_probe,
-        )
-    except BadInput as exc:
-        sys.stderr.write(f"genguard check-gguf: {exc}\n")
-        return EXIT_USAGE

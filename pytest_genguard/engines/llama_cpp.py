@@ -30,6 +30,7 @@ import numpy
 from pytest_genguard.core.jsontext import JSONScalar
 from pytest_genguard.engines.base import Backend, Logits
 from pytest_genguard.engines.gguf_metadata import read_metadata
+from pytest_genguard.hf.kv_cache_copies import CACHE_TYPES
 
 __all__ = [
     "GGUF_FILE",
@@ -59,8 +60,15 @@ QUANTIZED = {
 """The file types made by llama.cpp's quantizer from the converter's F32 file (``llama-quantize``'s ftype)."""
 OUTTYPES = (*_CONVERTER, *QUANTIZED)
 """Every GGUF file type genguard makes from a `save_pretrained` folder: the converter's, then the quantizer's."""
-KV_CACHES = {"f16": llama_cpp.GGML_TYPE_F16, "f32": llama_cpp.GGML_TYPE_F32}
-"""The KV cache types (``type_k`` and ``type_v``); f16 is llama.cpp's default."""
+KV_CACHES = {
+    "f16": llama_cpp.GGML_TYPE_F16,
+    "f32": llama_cpp.GGML_TYPE_F32,
+    "bf16": int(gguf.GGMLQuantizationType.BF16),  # llama-cpp-python names no GGML_TYPE_BF16
+    "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+    "q4_0": llama_cpp.GGML_TYPE_Q4_0,
+}
+"""The KV cache types (``type_k`` and ``type_v``); f16 is llama.cpp's default. A quantized cache runs with flash
+attention (llama.cpp refuses a quantized value cache without it: `hf.kv_cache_copies.CACHE_TYPES`)."""
 SOURCE_ENV = "GENGUARD_LLAMA_SOURCE"
 HOME_ENV = "GENGUARD_LLAMA_HOME"
 RECIPE = 3  # .ci/llama-cpp-wheel's recipe number: the folder it keeps the wheel and the source in
@@ -179,6 +187,7 @@ class _Session:
     def __init__(self, path: Path, kv_cache: str) -> None:
         self.path = path
         self.kv_type = KV_CACHES[kv_cache]
+        self.flash_attention = kv_cache in CACHE_TYPES and CACHE_TYPES[kv_cache].flash_attention
         self.llm: Any = None
         self.n_ctx = 0
 
@@ -195,6 +204,7 @@ class _Session:
                 logits_all=True,
                 type_k=self.kv_type,
                 type_v=self.kv_type,
+                flash_attn=self.flash_attention,
                 n_threads=1,
                 n_threads_batch=1,
                 verbose=False,
@@ -213,7 +223,7 @@ class _Session:
 
 def load(converted: Path, kv_cache: str = "f16") -> Logits:
     """A llama.cpp context on `converted` (a GGUF file, or a conversion folder), one thread, as a function from id
-    sequences to their raw logits; the KV cache in `kv_cache` (f16 or f32)."""
+    sequences to their raw logits; the KV cache in `kv_cache` (`KV_CACHES`)."""
     return _Session(gguf_file(converted), kv_cache).logits
 
 

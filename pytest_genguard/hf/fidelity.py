@@ -16,9 +16,11 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core.baseline import baseline_budget
 from pytest_genguard.core.budget import (
     CALIBRATED_METRICS,
-    PRECISIONS,
+    CALIBRATIONS,
+    DEFAULT_CALIBRATION,
     Budget,
     FidelityReport,
     budget_of,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
+    "Baseline",
     "calibrate",
     "calibration_figures",
     "fidelity",
@@ -62,6 +65,7 @@ def fidelity(
     budget: str | Mapping[str, Any] | Budget | None = None,
     reference_model: PreTrainedModel | None = None,
     probe: bool = True,
+    baseline: PreTrainedModel | None = None,
 ) -> FidelityReport:
     """How far `model` is from the model that recorded `reference`, teacher forced along its paths.
 
@@ -72,17 +76,24 @@ def fidelity(
     with neither, the preset's fixed limits apply and the report says so. `reference_model` (the model the trace
     was recorded with, in process) makes every metric exact; without it the KLD is a lower bound from the trace's
     recorded top-k, and the report says so. With `reference_model` the long probe (`hf.long_probe`: a built-in text
-    of 2,048 tokens, past any sliding window) is read through both models too and judged by the same budget
-    (`probe=False` leaves it out).
+    of 2,048 tokens, past any sliding window) is read through both models too and judged by the same budget, band by
+    band (`probe=False` leaves it out).
+
+    `baseline` (instead of a budget) judges `model` against another copy of the same reference model, a known-good
+    one (the quantization you shipped): both are measured here against the same reference, and `model`'s KLD may
+    exceed `baseline`'s by `core.baseline.ALLOWANCE` alone, on the paths and in every band of the probe.
     """
     if not isinstance(reference, GenerationTrace):
         raise TypeError(
             f"fidelity(): reference must be a GenerationTrace (from record() or GenerationTrace.from_json()), "
             f"got {type(reference).__name__}"
         )
-    side = None
+    side = known = None
     if probe and reference_model is not None:
         side = probe_judge(reference_model, tokenizer, model_chunks(model))
+    if baseline is not None:
+        known_probe = None if side is None else probe_judge(reference_model, tokenizer, model_chunks(baseline))
+        known = Baseline(forced_logits(baseline, tokenizer, reference), known_probe, "model")
     return judged_logits(
         forced_logits(model, tokenizer, reference),
         tokenizer,
@@ -91,7 +102,18 @@ def fidelity(
         reference_model=reference_model,
         probe=side,
         config=(reference_model if reference_model is not None else model).config,
+        baseline=known,
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """A known-good copy of the reference model as a candidate is judged against it: its raw logits along the
+    reference's paths, its long probe (None: no probe) and its name for the report."""
+
+    logits: torch.Tensor
+    probe: ProbeJudge | None
+    name: str
 
 
 def judged_logits(
@@ -104,11 +126,15 @@ def judged_logits(
     probe: ProbeJudge | None = None,
     config: Any = None,
     where: str = "fidelity()",
+    baseline: Baseline | None = None,
 ) -> FidelityReport:
     """The report on a candidate whose raw logits along `reference`'s paths are `candidate` (``[prompts, steps,
     vocab]``: a torch model's `forced_logits`, an engine's): every step compared, the candidate's full distribution
     known (complete), exact with `reference_model`. `probe` is the candidate's long probe (`hf.long_probe.probe_judge`),
-    judged by the budget as given; `config` gives the sliding window and context of the coverage line."""
+    judged by the budget as given; `config` gives the sliding window and context of the coverage line. `baseline`
+    replaces the budget: the limits are its own figures, measured the same way (`core.baseline`)."""
+    if baseline is not None and budget is not None:
+        raise ValueError(f"{where}: pass a budget or a baseline, not both (a baseline sets the limits itself)")
     limits = budget_of(budget, where=where)
     raw = limits
     if limits is not None and limits.precision is not None and limits.ratios:
@@ -116,9 +142,13 @@ def judged_logits(
         limits = limits.calibrated(calibration, bounded=reference_model is None)
     base = None if reference_model is None else reference_logits(reference_model, tokenizer, reference)
     steps = steps_from_logits(candidate, reference, base)
+    if baseline is not None:
+        limits = baseline_budget(steps_from_logits(baseline.logits, reference, base), baseline.name)
     window, context = window_and_context(config) if config is not None else (None, None)
     judged_probe = info = None
-    if probe is not None:
+    if probe is not None and baseline is not None and baseline.probe is not None:
+        judged_probe, info = probe.against(baseline.probe, baseline.name)
+    elif probe is not None:
         judged_probe, info = probe(raw)
     ids = {i for s in steps for i, _ in (*s.reference_top, *s.candidate_top)} | {s.token_id for s in steps}
     return FidelityReport(
@@ -225,7 +255,7 @@ def calibration_figures(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     trace: GenerationTrace,
-    precisions: Iterable[str] = PRECISIONS,
+    precisions: Iterable[str] = DEFAULT_CALIBRATION,
     *,
     bounds: bool = True,
 ) -> dict[str, float]:
@@ -253,16 +283,18 @@ def calibrate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     trace: GenerationTrace,
-    precisions: Iterable[str] = PRECISIONS,
+    precisions: Iterable[str] = DEFAULT_CALIBRATION,
 ) -> GenerationTrace:
     """`trace` with `model`'s calibration stored in it (``calibration``): what its own bf16, fp16, int8 and int4
-    conversions cost along `trace`'s paths, the scale of the fidelity presets wherever the trace is judged later (a
-    server, a GGUF, ``genguard fidelity``). One teacher-forced pass per precision (36 s for SmolLM2-135M's four)."""
+    conversions cost along `trace`'s paths, and its attention over llama.cpp's default f16 KV cache (``kv-f16``; the
+    other cache types, ``kv-bf16``, ``kv-q8_0``, ``kv-q4_0``, on request), the scale of the fidelity presets wherever
+    the trace is judged later (a server, a GGUF, ``genguard fidelity``). One teacher-forced pass per precision (36 s
+    for SmolLM2-135M's four whole-model conversions)."""
     if not isinstance(trace, GenerationTrace):
         raise TypeError(f"calibrate(): trace must be a GenerationTrace, got {type(trace).__name__}")
     for precision in precisions:
-        if precision not in PRECISIONS:
-            raise ValueError(f"calibrate(): unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+        if precision not in CALIBRATIONS:
+            raise ValueError(f"calibrate(): unknown precision {precision!r}; known: {', '.join(CALIBRATIONS)}")
     figures: dict[str, Any] = dict(trace.calibration)
     figures.update(calibration_figures(model, tokenizer, trace, precisions))
     return dataclasses.replace(trace, calibration=dict(sorted(figures.items())))

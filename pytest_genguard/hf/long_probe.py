@@ -27,10 +27,11 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_genguard.core.baseline import baseline_band_rule, baseline_budget
 from pytest_genguard.core.budget import CALIBRATED_METRICS, Budget, FidelityReport, calibration_key
 from pytest_genguard.core.errors import CacheFolderError, GenguardCacheWarning
 from pytest_genguard.core.fidelity import StepFidelity, aggregate
-from pytest_genguard.core.long_context import ProbeInfo
+from pytest_genguard.core.long_context import MIN_BAND, BandRule, ProbeInfo, band_figures, bands, relative_band_rule
 from pytest_genguard.hf._generation import inference
 from pytest_genguard.hf.cache import CacheCorrupt, cache_key, default_cache_dir, fetch
 from pytest_genguard.hf.environment import model_device
@@ -218,15 +219,19 @@ def probe_calibration(model: PreTrainedModel, ids: Sequence[int], precision: str
 
 def _measured(model: PreTrainedModel, ids: Sequence[int], precision: str) -> dict[str, float]:
     copy = reference_copy(model, precision)
-    metrics = aggregate(probe_steps(reference_chunks(model, ids), model_chunks(copy)(ids), ids))
+    steps = probe_steps(reference_chunks(model, ids), model_chunks(copy)(ids), ids)
     del copy
-    return {calibration_key(precision, k): float(metrics[k]) for k in CALIBRATED_METRICS}
+    metrics = aggregate(steps)
+    figures = {calibration_key(precision, k): float(metrics[k]) for k in CALIBRATED_METRICS}
+    shown = bands(steps, window_and_context(model.config)[0])
+    figures.update({calibration_key(precision, k): v for k, v in band_figures(shown).items()})
+    return figures
 
 
 CALIBRATION_FILE = "calibration.json"
-PROBE_CACHE_FORMAT = 1
-"""Bumped when what `probe_calibration` measures changes (the reference copies, the steps, the metrics): part of
-every stored calibration's key, so old entries are simply not found."""
+PROBE_CACHE_FORMAT = 2
+"""Bumped when what `probe_calibration` measures changes (the reference copies, the steps, the metrics, the bands):
+part of every stored calibration's key, so old entries are simply not found (2: each band's KLD mean too)."""
 
 
 def stored_calibration_key(model: PreTrainedModel, ids: Sequence[int], precision: str) -> str:
@@ -246,6 +251,7 @@ def stored_calibration_key(model: PreTrainedModel, ids: Sequence[int], precision
             "precision": precision,
             "chunk": CHUNK,
             "metrics": list(CALIBRATED_METRICS),
+            "min_band": MIN_BAND,
             "environment": environment(model),
         }
     )
@@ -255,40 +261,90 @@ def _load(entry: Path, manifest: dict[str, Any]) -> dict[str, float]:
     figures = json.loads((entry / CALIBRATION_FILE).read_text(encoding="utf-8"))
     precision = manifest.get("precision")
     expected = {calibration_key(str(precision), k) for k in CALIBRATED_METRICS}
+    band = calibration_key(str(precision), "band.")
     if (
         not isinstance(figures, dict)
-        or set(figures) != expected
+        or not expected <= set(figures)
+        or not all(k in expected or k.startswith(band) for k in figures)
         or not all(isinstance(v, float) for v in figures.values())
     ):
-        raise CacheCorrupt(f"{CALIBRATION_FILE} does not hold the {precision} figures {sorted(expected)}")
+        raise CacheCorrupt(f"{CALIBRATION_FILE} does not hold the {precision} figures {sorted(expected)} and bands")
     return {str(k): float(v) for k, v in figures.items()}
 
 
-ProbeJudge = Callable[[Budget | None], tuple[FidelityReport, ProbeInfo]]
-"""The long probe of one candidate, judged by a budget (the steps read once, whatever budgets judge them)."""
+class ProbeJudge:
+    """The long probe of one candidate: read through the reference model and `candidate` once, at the first
+    judgement (`steps`), then judged by any budget (`__call__`) or against a baseline's own probe (`against`)."""
+
+    def __init__(
+        self,
+        reference_model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        candidate: ProbeLogits,
+        keep: Callable[[Callable[[], tuple[StepFidelity, ...]]], tuple[StepFidelity, ...]] | None = None,
+    ) -> None:
+        self.reference_model = reference_model
+        self.ids = probe_ids(tokenizer, reference_model.config)
+        self.window, self.context = window_and_context(reference_model.config)
+        self.candidate = candidate
+        self.keep = keep
+        """Given the read, the steps: read now, or kept from an earlier judge of the same candidate (a GGUF's file
+        state: `engines.gguf_check`)."""
+        self._read: tuple[StepFidelity, ...] | None = None
+
+    def _measured(self) -> tuple[StepFidelity, ...]:
+        reference = reference_chunks(self.reference_model, self.ids)
+        return tuple(probe_steps(reference, self.candidate(self.ids), self.ids))
+
+    def steps(self) -> tuple[StepFidelity, ...]:
+        """Every position of the probe, exact (read once)."""
+        if self._read is None:
+            self._read = self.keep(self._measured) if self.keep is not None else self._measured()
+        return self._read
+
+    def _info(self, basis: str) -> ProbeInfo:
+        return ProbeInfo(TEXT_NAME, len(self.ids), self.window, self.context, basis)
+
+    def __call__(self, budget: Budget | None) -> tuple[FidelityReport, ProbeInfo]:
+        """Judged by `budget`: a relative preset's limits scaled by the reference's own conversion measured on the
+        probe (`probe_calibration`; a snapshot's stored calibration is of its own prompts, not of these positions),
+        each band's by that conversion's KLD in the same band; other limits as given, in every band alike."""
+        limits, basis = budget, "no budget: figures only"
+        rule = BandRule(self.window)
+        if budget is not None and budget.ratios and budget.precision is not None:
+            calibration = probe_calibration(self.reference_model, self.ids, budget.precision)
+            limits = budget.calibrated(calibration)
+            basis = f"{limits.basis}, both measured on the probe"
+            prefix = calibration_key(budget.precision, "")
+            figures = {k.removeprefix(prefix): v for k, v in calibration.items() if k.startswith(prefix)}
+            what = f"the reference model's own {budget.precision} conversion"
+            ratio = dict(budget.ratios).get("kld_mean")
+            rule = rule if ratio is None else relative_band_rule(self.window, figures, ratio, what)
+        elif budget is not None:
+            basis = "the budget's limits as given"
+            rule = BandRule(self.window, basis="the budget's kld_mean, in every band")
+        report = FidelityReport(self.steps(), limits, prompts=(TEXT_NAME,), band_rule=rule)
+        return report, self._info(basis)
+
+    def against(self, baseline: ProbeJudge, name: str) -> tuple[FidelityReport, ProbeInfo]:
+        """Judged against `baseline`'s probe (the same reference, the same positions, `core.baseline`): the whole
+        probe's mean and p99, and each band's mean, within the allowance of the baseline's."""
+        if baseline.ids != self.ids:
+            raise ValueError("the long probe: a baseline must be read on the same reference model's probe")
+        reference = baseline.steps()
+        limits = baseline_budget(reference, name)
+        report = FidelityReport(
+            self.steps(), limits, prompts=(TEXT_NAME,), band_rule=baseline_band_rule(reference, self.window, name)
+        )
+        return report, self._info(f"{limits.basis}, on the probe")
 
 
 def probe_judge(
-    reference_model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, candidate: ProbeLogits
+    reference_model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    candidate: ProbeLogits,
+    keep: Callable[[Callable[[], tuple[StepFidelity, ...]]], tuple[StepFidelity, ...]] | None = None,
 ) -> ProbeJudge:
     """The long probe read through the reference model and `candidate` (once, at the first judgement), judged by a
-    budget: a relative preset's limits scaled by the reference's own conversion measured on the probe
-    (`probe_calibration`; a snapshot's stored calibration is of its own prompts, not of these positions), other limits
-    as given."""
-    ids = probe_ids(tokenizer, reference_model.config)
-    window, context = window_and_context(reference_model.config)
-    read: list[tuple[StepFidelity, ...]] = []
-
-    def judge(budget: Budget | None) -> tuple[FidelityReport, ProbeInfo]:
-        if not read:
-            read.append(tuple(probe_steps(reference_chunks(reference_model, ids), candidate(ids), ids)))
-        limits, basis = budget, "no budget: figures only"
-        if budget is not None and budget.ratios and budget.precision is not None:
-            limits = budget.calibrated(probe_calibration(reference_model, ids, budget.precision))
-            basis = f"{limits.basis}, both measured on the probe"
-        elif budget is not None:
-            basis = "the budget's limits as given"
-        info = ProbeInfo(TEXT_NAME, len(ids), window, context, basis)
-        return FidelityReport(read[0], limits, prompts=(TEXT_NAME,)), info
-
-    return judge
+    budget (`ProbeJudge.__call__`) or against a baseline's probe (`ProbeJudge.against`)."""
+    return ProbeJudge(reference_model, tokenizer, candidate, keep)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from pytest_genguard.core.budget import PRECISIONS
+from pytest_genguard.core.budget import CALIBRATIONS
 from pytest_genguard.hf import offload, tensor_parallel
+from pytest_genguard.hf.kv_cache_copies import KV_PREFIX, as_kv_cache
 
 if TYPE_CHECKING:
     import torch
@@ -33,14 +34,15 @@ def round_to_nearest(weight: torch.Tensor, bits: int, group: int | None) -> tupl
 
 
 def reference_copy(model: PreTrainedModel, precision: str) -> PreTrainedModel:
-    """genguard's reference conversion of `model` to `precision` ("bf16", "fp16", "int8", "int4"): a new model. A
+    """genguard's reference conversion of `model` to `precision` ("bf16", "fp16", "int8", "int4"; or a KV cache's,
+    "kv-f16" ...: `hf.kv_cache_copies`): a new model. A
     model accelerate dispatched with offloaded weights is copied with its offloaded weights converted as its hooks
     bring them in (`hf.offload.converted_copy`: read where they are, never copied whole); the same conversion, so the
     same figures, as the model in memory."""
     import torch
 
-    if precision not in PRECISIONS:
-        raise ValueError(f"reference_copy: unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+    if precision not in CALIBRATIONS:
+        raise ValueError(f"reference_copy: unknown precision {precision!r}; known: {', '.join(CALIBRATIONS)}")
     ranks = tensor_parallel.world_size(model)
     if ranks is not None:  # refused on every rank alike, before any rank starts a copy the others would wait for
         raise ValueError(
@@ -49,7 +51,8 @@ def reference_copy(model: PreTrainedModel, precision: str) -> PreTrainedModel:
             'storage"). A calibration is of the weights: calibrate() the same checkpoint loaded in one process and '
             "judge the tensor-parallel model against that trace (fidelity() without reference_model= reads it)."
         )
-    cast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    kv_cache = precision.startswith(KV_PREFIX)  # the weights kept, in float32: the attention computed as llama.cpp's
+    cast = torch.float32 if kv_cache else {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     head: list[Any] = []  # the copy's output layer, known once the copy exists
 
     def convert(module: Any, name: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -65,7 +68,8 @@ def reference_copy(model: PreTrainedModel, precision: str) -> PreTrainedModel:
     if cast is not None:
         # transformers' to() refuses a model with offloaded modules; torch's casts its meta weights too, and
         # accelerate's hooks cast what they bring in to the parameter's dtype.
-        return torch.nn.Module.to(out, cast) if offloaded else out.to(cast)
+        out = torch.nn.Module.to(out, cast) if offloaded else out.to(cast)
+        return as_kv_cache(out, precision.removeprefix(KV_PREFIX)) if kv_cache else out
     with torch.no_grad():
         for module in out.modules():
             if isinstance(module, torch.nn.Linear) and module is not head[0] and not module.weight.is_meta:

@@ -23,6 +23,7 @@ pytest.register_assert_rewrite(
 )
 
 from pytest_genguard.core import events, tolerances  # noqa: E402
+from pytest_genguard.core.presets import KV_CACHE_TYPES  # noqa: E402
 from pytest_genguard.plugin import distributed, keep, offline, pending  # noqa: E402
 from pytest_genguard.plugin.fixtures import (  # noqa: E402,F401
     genguard_device,
@@ -111,7 +112,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--genguard-gguf-kv-cache",
-        choices=("f16", "f32"),
+        choices=KV_CACHE_TYPES,
         default="f16",
         help="llama.cpp's KV cache type for --genguard-gguf (default: f16, llama.cpp's own).",
     )
@@ -127,6 +128,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="leave out the long probe (a built-in text of 2,048 tokens through the GGUF and --genguard-gguf-model).",
+    )
+    group.addoption(
+        "--genguard-gguf-baseline",
+        metavar="FILE",
+        default=None,
+        help="judge the --genguard-gguf file against this known-good GGUF of the same model (the file you shipped) "
+        "instead of a budget: both measured in the run against the same reference, band by band on the long probe.",
     )
     parser.addini("genguard_atol", "absolute tolerance for logprobs (default: by dtype)", default="")
     parser.addini("genguard_rtol", "relative tolerance for logprobs (default: by dtype)", default="")

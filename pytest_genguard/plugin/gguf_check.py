@@ -11,7 +11,9 @@ context and its Hugging Face side are opened once per session. A budget goes thr
 within (proven) passes; outside, and unproven (within on the snapshot's top-k bounds only, which proves nothing),
 fail the assertion, the latter naming how to prove it. With ``--genguard-gguf-model`` the figures are exact and the
 long probe (a built-in text of 2,048 tokens, read once per session; ``--genguard-gguf-no-probe`` leaves it out) is
-judged with every snapshot. The outcome is a ``snapshot`` event with ``via: "gguf"``.
+judged with every snapshot, band by band. With ``--genguard-gguf-baseline FILE`` every snapshot is judged against that
+known-good GGUF instead (`core.baseline`: both files measured in the run against the same reference), whatever the
+test's budget. The outcome is a ``snapshot`` event with ``via: "gguf"``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,11 @@ def _judge(config: pytest.Config) -> Any:
         current = settings(config)
         assert current.gguf is not None
         judge = GGUFJudge.open(
-            current.gguf, kv_cache=current.gguf_kv_cache, model_dir=current.gguf_model, probe=current.gguf_probe
+            current.gguf,
+            kv_cache=current.gguf_kv_cache,
+            model_dir=current.gguf_model,
+            probe=current.gguf_probe,
+            baseline=current.gguf_baseline,
         )
         config.stash[_JUDGE] = judge
     return judge

@@ -137,6 +137,7 @@ class Settings:
     gguf_model: Path | None = None
     gguf_probe: bool = True  # not --genguard-gguf-no-probe: the long probe, with --genguard-gguf-model
     keep_pending: bool = True  # not --genguard-no-pending: failed comparisons keep their new traces for review
+    gguf_baseline: Path | None = None  # --genguard-gguf-baseline: judged against this known-good GGUF
 
     def tolerance_overrides(self) -> Overrides:
         """The ini tolerances that are set (the rest come from the dtype defaults)."""
@@ -244,7 +245,18 @@ def settings_from_config(config: pytest.Config) -> Settings:
         gguf_kv_cache=str(config.getoption("genguard_gguf_kv_cache") or "f16"),
         gguf_model=_existing(config, "genguard_gguf_model", "the folder save_pretrained wrote"),
         gguf_probe=not config.getoption("genguard_gguf_no_probe", False),
+        gguf_baseline=_gguf_baseline(config),
     )
+
+
+def _gguf_baseline(config: pytest.Config) -> Path | None:
+    """``--genguard-gguf-baseline``: an existing file, only with ``--genguard-gguf`` (what it is the baseline of)."""
+    baseline = _existing(config, "genguard_gguf_baseline", "the known-good .gguf file to judge against")
+    if baseline is not None and not config.getoption("genguard_gguf"):
+        raise pytest.UsageError(
+            f"--genguard-gguf-baseline {baseline}: judges the file of --genguard-gguf FILE against it; pass that too"
+        )
+    return baseline
 
 
 def _existing(config: pytest.Config, option: str, what: str) -> Path | None:

@@ -19,6 +19,7 @@ from pytest_genguard.core.gate import (
     exit_for,
     gate_line,
 )
+from pytest_genguard.core.long_context import BandRule
 
 REF = trace_builder.step([(5, math.log(0.7)), (6, math.log(0.2)), (7, math.log(0.05))])
 NEAR = trace_builder.step([(5, math.log(0.69)), (6, math.log(0.21)), (7, math.log(0.05))])
@@ -86,14 +87,14 @@ def test_an_unproven_gate_line_names_how_to_prove_it() -> None:
 def test_the_long_probe_outside_its_budget_makes_the_whole_report_outside() -> None:
     within = FidelityReport((exact(_step(NEAR)),) * 12, Budget(kld_mean=1e-2))
     positions = tuple(dataclasses.replace(exact(_step(FAR)), step=i) for i in range(40))
-    probe = FidelityReport(positions, Budget(kld_mean=1e-2))
+    probe = FidelityReport(positions, Budget(kld_mean=1e-2), band_rule=BandRule())
     assert within.status == "within" and probe.status == "outside"
     judged = dataclasses.replace(within, probe=probe)
     assert judged.own_status == "within" and judged.status == "outside" and not judged.holds
     text = str(judged)
     assert "fidelity OUTSIDE budget custom: long probe kld_mean" in text
     assert "  long probe OUTSIDE: 40 positions" in text
-    assert "positions 16-31: KLD mean" in text and "<- the divergence starts here" in text
+    assert "positions 0-39: KLD mean" in text and "<- the divergence starts here" in text  # one band: 40 positions
     # its negative control: the probe within keeps the report within
     assert dataclasses.replace(within, probe=within).status == "within"
     # an unproven snapshot and a probe outside: outside (the worst)

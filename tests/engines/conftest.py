@@ -52,7 +52,7 @@ def hf(folder: Path) -> tuple[Any, Any]:
 
 @pytest.fixture(scope="session")
 def reference(hf: tuple[Any, Any], genguard_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """transformers' float32 trace, with the model's own calibration (the budgets' scale: fp16 judges an F32 file run
+    """transformers' float32 trace, with the model's own calibration (the budgets' scale: kv-f16 judges an F32 file run
     with llama.cpp's f16 KV cache, bf16 a BF16 file, int8 the quantized types' presets). Only the llama.cpp tests use
     it: without the extra they skip before it is computed. Made once per run (about 75 s), shared by the xdist
     workers through its JSON form (which keeps its float32 values and its calibration exactly)."""
@@ -63,7 +63,8 @@ def reference(hf: tuple[Any, Any], genguard_engine: Any, tmp_path_factory: pytes
 
     def make() -> str:
         trace = record(model, tokenizer, PROMPTS, max_new_tokens=STEPS, top_k=5, do_sample=False)
-        return str(calibrate(model, tokenizer, trace, precisions=("fp16", "bf16", "int8", "int4")).to_json())
+        precisions = ("fp16", "bf16", "int8", "int4", "kv-f16")
+        return str(calibrate(model, tokenizer, trace, precisions=precisions).to_json())
 
     return GenerationTrace.from_json(once_per_run(tmp_path_factory, "smollm2-gguf-reference.json", make))
 

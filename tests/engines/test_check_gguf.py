@@ -111,15 +111,19 @@ def test_the_shipped_q4_1_is_judged_by_its_type_preset_and_the_rope_bug_in_it_is
     assert "stale: metadata: llama.rope.freq_base" in out
 
 
-def test_an_f32_file_with_llama_cpps_f16_kv_cache_is_judged_by_the_fp16_preset(
+def test_an_f32_file_with_llama_cpps_f16_kv_cache_is_judged_by_its_caches_own_cost_and_the_eps_bug_is_outside(
     snapshot: Path, folder: Path, f32_gguf: Path, capsys: pytest.CaptureFixture[str], edits: Any
 ) -> None:
+    # The cache is the only lossy part of an F32 file: its budget scales the reference's own attention over an f16
+    # cache (the snapshot's kv-f16 calibration), not a whole-model fp16 cast, which costs SmolLM2 30x more and held
+    # the epsilon bug (27x the correct file's KLD) within fp16.
     model = ("--model", str(folder), "--no-long-probe")
     code, out, _ = run(capsys, str(f32_gguf), str(snapshot), *model)
     assert code == 0, out
-    assert "judged by preset fp16: an F32 file, but llama.cpp's f16 KV cache rounds every key and value" in out
-    assert "relative to the reference model's own fp16 conversion" in out
-    # Its negative control: the epsilon bug, which no quantized file's preset sees, is outside fp16.
+    assert "judged by preset kv-f16: an F32 file whose f16 KV cache alone is lossy" in out
+    assert "relative to the reference model's own kv-f16 conversion" in out
+    assert "(F32, KV cache f16): within\n" in out
+    # Its negative control: the epsilon bug, which no quantized file's preset sees, is outside kv-f16.
     bad = edits(f32_gguf, "gguf_set_metadata", "llama.attention.layer_norm_rms_epsilon", "1e-4")
     code, out, _ = run(capsys, str(bad), str(snapshot), *model)
     assert code == 1, out
@@ -170,7 +174,7 @@ def test_each_file_type_has_one_judgement() -> None:
     assert judgement("F32", "f32")[0] is None  # the float32 rule
     chosen = {kind: judgement(kind, "f16")[0] for kind in ("F32", "BF16", "Q8_0", "Q6_K", "Q4_K_M", "Q4_1")}
     assert {kind: None if b is None else b.name for kind, b in chosen.items()} == {
-        "F32": "fp16",
+        "F32": "kv-f16",
         "BF16": "bf16",
         "Q8_0": "gguf-q8_0",
         "Q6_K": "gguf-q6_k",
@@ -179,3 +183,42 @@ def test_each_file_type_has_one_judgement() -> None:
     }
     with pytest.raises(ValueError, match=r"file type Q5_K_M has no preset .*; pass --budget"):
         judgement("Q5_K_M", "f16")
+    # An F32 file's cache decides: each cache type its own preset; a quantized file's preset was measured with the
+    # f16 cache, so another cache type asks for a budget or a baseline.
+    assert [judgement("F32", kind)[0].name for kind in ("bf16", "q8_0", "q4_0")] == ["kv-bf16", "kv-q8_0", "kv-q4_0"]
+    # With an f32 cache, a model whose tanh GELU llama.cpp reads from a float16 table (Gemma) is lossy there alone.
+    tabled, why = judgement("F32", "f32", tabled=True)
+    assert tabled is not None and tabled.name == "kv-f32" and "a float16 table" in why
+    with pytest.raises(ValueError, match="file type Q8_0 with a q4_0 KV cache has no preset"):
+        judgement("Q8_0", "q4_0")
+
+
+def test_the_kv_cache_types_are_one_list_for_the_engine_the_copies_and_the_presets() -> None:
+    from pytest_genguard.core.budget import KV_CACHE_PRESETS, KV_CACHE_TYPES
+    from pytest_genguard.hf.kv_cache_copies import CACHE_TYPES
+
+    assert set(KV_CACHE_TYPES) == {"f32", *KV_CACHE_PRESETS} and set(CACHE_TYPES) == set(KV_CACHE_PRESETS)
+    llama_cpp = pytest.importorskip("pytest_genguard.engines.llama_cpp", reason="the llama_cpp extra")
+    assert set(llama_cpp.KV_CACHES) == set(KV_CACHE_TYPES)
+
+
+@pytest.mark.usefixtures("llama_cpp_extra")
+def test_against_a_baseline_the_shipped_file_itself_is_within_and_its_rope_edit_outside(
+    snapshot: Path, folder: Path, capsys: pytest.CaptureFixture[str], edits: Any
+) -> None:
+    from pytest_genguard.hf.smollm2 import gguf_path
+
+    shipped = str(gguf_path())
+    model = ("--model", str(folder), "--no-long-probe")  # the probe against a baseline: test_gguf_baseline.py
+    code, out, _ = run(capsys, shipped, str(snapshot), "--baseline", shipped, *model)
+    assert code == 0, out
+    assert f"judged by the baseline {gguf_path().name}: its KLD measured in this run against the same reference" in out
+    assert "(Q4_1, KV cache f16): within\n" in out and "relative to the baseline" in out
+    bad = edits(gguf_path(), "gguf_set_metadata", "llama.rope.freq_base", "10000")
+    code, out, _ = run(capsys, str(bad), str(snapshot), "--baseline", shipped, *model)
+    assert code == 1, out
+    assert "(Q4_1, KV cache f16): OUTSIDE THE BASELINE" in out and "kld_mean" in out
+    code, _, err = run(capsys, shipped, str(snapshot), "--baseline", shipped, "--budget", "int8")
+    assert (code, "--budget and --baseline: pass one" in err) == (2, True)
+    code, _, err = run(capsys, shipped, str(snapshot), "--baseline", str(snapshot))
+    assert (code, f"--baseline {snapshot}: not a GGUF file" in err) == (2, True)

@@ -37,7 +37,7 @@ def test_an_f32_file_with_an_f32_cache_holds_the_float32_rule_and_its_long_probe
     judged = GGUFJudge(f32_gguf, "f32", "F32", model, tokenizer, llama, folder).judge(reference)
     assert judged.report is None and judged.probe is not None and judged.probe.budget is not None
     assert judged.status == "holds", str(judged)
-    assert "long probe within fp16" in str(judged)
+    assert "the long probe is judged by fp16" in str(judged) and "long probe within: 2048 tokens" in str(judged)
     bad = edits(f32_gguf, "gguf_set_metadata", "llama.rope.freq_base", "200000")
     broken = GGUFJudge(bad, "f32", "F32", model, tokenizer, llama, folder).judge(reference)
     assert broken.probe is not None and not broken.probe.holds and broken.status == "regression", str(broken)

@@ -78,5 +78,6 @@ def test_the_option_check_fails_on_a_removed_line() -> None:
     assert undocumented(without, registered()) == ["--genguard-server", "--genguard-server-model"]
     without = "\n".join(line for line in text.splitlines() if "`--genguard-gguf FILE`" not in line)
     gguf = ["--genguard-gguf", "--genguard-gguf-kv-cache", "--genguard-gguf-model", "--genguard-gguf-no-probe"]
+    gguf.append("--genguard-gguf-baseline")
     assert undocumented(without, registered()) == gguf
     assert undocumented("`--genguard-server-model NAME`", ["--genguard-server"]) == ["--genguard-server"]
