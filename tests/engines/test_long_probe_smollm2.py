@@ -9,7 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from gguf_support import judge_on
+
+pytestmark = pytest.mark.xdist_group("smollm2-gguf-probe")  # its files' probes read once, in one worker
 
 
 def test_smollm2s_rope_base_edit_is_outside_at_long_context_and_its_correct_q8_0_within(

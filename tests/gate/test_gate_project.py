@@ -88,7 +88,7 @@ def test_the_selection_is_the_gate_args_else_testpaths_else_the_root_and_tests_a
     ]
     own = load_project(ROOT)
     assert own.args[0] == "@.ci/cuda-gate.args"
-    assert ROOT / "examples" in selected_paths(own)  # read from the @file
+    assert ROOT / "examples" / "test_decoding.py" in selected_paths(own)  # read from the @file
     # Negative control: a project with no test file has none.
     empty = load_project(_project(tmp_path))
     assert selected_paths(empty) == [tmp_path] and not has_tests(selected_paths(empty))
