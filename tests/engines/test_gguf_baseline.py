@@ -7,6 +7,7 @@ files are the ones test_long_probe_smollm2.py reads."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,10 @@ def test_gemma3s_shipped_q4_k_m_is_within_itself_as_baseline_and_its_rope_edit_o
     shipped = gemma3_gguf()
     same = dataclasses.replace(judge_on(shipped, gemma3_hf, gemma3_folder, genguard_engine), baseline=shipped)
     assert same.judge(gemma3_reference).status == "within"
+    # One llama.cpp context at a time: each holds the probe's 2,048 positions x 262,144 logits twice (llama.cpp's
+    # buffer and llama-cpp-python's scores), 4 GB; the shipped file's probe stays kept (engines.gguf_check._PROBES).
+    del same
+    gc.collect()
     bad = edits(shipped, "gguf_set_metadata", "gemma3.rope.freq_base", "100000")
     judge = judge_on(bad, gemma3_hf, gemma3_folder, genguard_engine)
     assert judge.judge(gemma3_reference).status == "within"  # its type's preset cannot see it
