@@ -180,6 +180,10 @@ def file_type(path: Path) -> str:
     return name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 
+KEPT_CONTEXT = 512
+"""The longest context a session keeps open between calls (snapshot paths); a longer one is closed once read."""
+
+
 class _Session:
     """A llama.cpp context on one GGUF, grown when a longer sequence comes (``logits_all`` keeps ``n_ctx`` rows of
     vocabulary-wide logits, so the context is no larger than the longest path)."""
@@ -217,7 +221,17 @@ class _Session:
             llm = self._context(len(sequence))
             llm.reset()
             llm.eval(list(sequence))
-            out.append(numpy.array(llm.scores[: len(sequence)], dtype=numpy.float32))
+            rows = llm.scores[: len(sequence)]
+            if self.n_ctx <= KEPT_CONTEXT:
+                out.append(numpy.array(rows, dtype=numpy.float32))  # a copy: the next sequence overwrites `scores`
+                continue
+            # A long context (the long probe's) holds its logits twice, llama.cpp's output buffer and
+            # llama-cpp-python's `scores`: 4.3 GB at 2,048 positions of Gemma 3's 262,144-token vocabulary. Its rows are
+            # handed over without a third copy and the context closed, so nothing writes `scores` again and llama.cpp's
+            # buffer is freed at once (a CI worker holding all three was killed for memory).
+            out.append(rows)
+            llm.close()
+            self.llm, self.n_ctx = None, 0
         return out
 
 
