@@ -3,7 +3,6 @@ its float32 reference trace and llama.cpp's converter's F32 file of it (the llam
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,35 +14,6 @@ from run_shared import made_once, once_per_run
 from pytest_genguard import record
 from pytest_genguard.core.errors import GenguardError
 from pytest_genguard.hf.tiny import tiny_model, tiny_tokenizer
-
-GEMMA3_GGUF_GROUP = "gemma3-gguf"
-"""The xdist group of the tests that judge Gemma 3 270M's GGUF files (one worker holds their memory)."""
-_GEMMA3_GGUF_LEFT: set[str] = set()
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Which tests of the Gemma GGUF group this process will run (all of them, or none: then it is done at once)."""
-    for item in session.items:
-        marker = item.get_closest_marker("xdist_group")
-        if marker is not None and marker.args == (GEMMA3_GGUF_GROUP,):
-            _GEMMA3_GGUF_LEFT.add(item.nodeid)
-    if not _GEMMA3_GGUF_LEFT:
-        _gemma3_gguf_done()
-
-
-def pytest_runtest_logfinish(nodeid: str) -> None:
-    if nodeid in _GEMMA3_GGUF_LEFT:
-        _GEMMA3_GGUF_LEFT.discard(nodeid)
-        if not _GEMMA3_GGUF_LEFT:
-            _gemma3_gguf_done()
-
-
-def _gemma3_gguf_done() -> None:
-    """Tells `.ci/run` (GENGUARD_CI_GEMMA_GGUF_DONE) that the group is done: its vLLM servers wait for that, as the two
-    do not fit in the machine's memory together."""
-    done = os.environ.get("GENGUARD_CI_GEMMA_GGUF_DONE")
-    if done:
-        Path(done).touch()
 
 
 @pytest.fixture(scope="session")
