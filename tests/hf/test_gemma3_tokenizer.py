@@ -13,16 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import real_model_support
 
 import pytest_genguard as gg
 
 
 @pytest.fixture(scope="module")
 def folder() -> Path:
-    try:
-        return gg.gemma3_folder()
-    except gg.ModelUnavailable as exc:
-        pytest.skip(str(exc))
+    return real_model_support.folder_or_skip(gg.gemma3_folder)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import real_model_support
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -24,10 +25,7 @@ CONVERSATION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def folder() -> Path:
-    try:
-        return gg.smollm2_folder()
-    except gg.ModelUnavailable as exc:
-        pytest.skip(str(exc))
+    return real_model_support.folder_or_skip(gg.smollm2_folder)
 
 
 @pytest.fixture(scope="module")

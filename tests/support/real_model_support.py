@@ -12,8 +12,23 @@ import argparse
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+
+def folder_or_skip(load: Callable[[], Path]) -> Path:
+    """A real model's float32 folder from its loader (`smollm2_folder`, `gemma3_folder`), or the test skipped with the
+    loader's message, which names the install command, when its package is missing."""
+    import pytest
+
+    from pytest_genguard.core.errors import ModelUnavailable
+
+    try:
+        return load()
+    except ModelUnavailable as exc:
+        pytest.skip(str(exc))
+
 
 CONVERSATIONS: list[Any] = [
     [{"role": "user", "content": "What is the capital of France?"}],
