@@ -76,7 +76,9 @@ def test_a_failed_comparison_keeps_its_new_trace_and_never_touches_the_snapshot(
     assert summary.read_text(encoding="utf-8").count("## genguard: 2 of 4 checks failed") == 1  # the controller's
     kept_line = f"E         the new trace is kept for review: genguard review --accept {kept['test_same'].id} (or *"
     result.stdout.fnmatch_lines(
-        ["E       AssertionError: assert GenerationTrace == genguard_snapshot 'test_same'*", kept_line]
+        # "AssertionError: " shows or not as pytest's repr quotes the message (its JSON diff is cut off the
+        # explanation except on CI), so the pattern leaves it open
+        ["E       *assert GenerationTrace == genguard_snapshot 'test_same'*", kept_line]
     )
 
 

@@ -82,12 +82,13 @@ if os.environ["RANK"] == "1":  # a follower that writes fails its test
 
 
 def outcomes(output: str) -> dict[str, str]:
-    """Each test's outcome from ``-rA``'s short summary: {"test_created": "PASSED", ...}."""
+    """Each test's outcome from ``-rA``'s short summary: {"test_created": "PASSED", ...}. Only the summary's own
+    lines count: on CI pytest does not cut a failure's message short, and its lines name tests too."""
     found = {}
     for line in output.splitlines():
         word, _, rest = line.partition(" test_models.py::")
-        if rest:
-            found[rest.split()[0]] = word
+        if rest and word in ("PASSED", "FAILED", "ERROR", "SKIPPED", "XFAIL", "XPASS"):
+            found.setdefault(rest.split()[0], word)
     return found
 
 
