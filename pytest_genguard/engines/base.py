@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pytest_genguard.core.budget import Budget, FidelityReport
 from pytest_genguard.core.errors import EngineUnavailable
@@ -33,10 +33,30 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["Backend", "Engine", "Logits", "backend_for", "engine_chunks", "forced_engine_logits", "install_command"]
+__all__ = [
+    "Backend",
+    "Engine",
+    "Logits",
+    "StreamedLogits",
+    "backend_for",
+    "engine_chunks",
+    "forced_engine_logits",
+    "install_command",
+]
 
 Logits = Callable[[Sequence[Sequence[int]]], Sequence["numpy.ndarray[Any, Any]"]]
 """A loaded engine: token id sequences in, each sequence's raw logits ``[len, vocab]`` (float32) out."""
+
+
+@runtime_checkable
+class StreamedLogits(Protocol):
+    """A loaded engine that can also hand one long sequence's logits out a chunk of positions at a time, holding no
+    more than a chunk's rows (the long probe at a 262,144-token vocabulary: 2 GB a copy of its 2,048 positions)."""
+
+    def __call__(self, sequences: Sequence[Sequence[int]]) -> Sequence[numpy.ndarray[Any, Any]]: ...
+
+    def chunks(self, ids: Sequence[int], size: int) -> Iterator[numpy.ndarray[Any, Any]]: ...
+
 
 CONVERSION_FORMAT = 1
 """Bump when a conversion changes for the same model and engine version: old cache entries are then not found."""
@@ -312,11 +332,16 @@ def forced_engine_logits(logits: Logits, trace: GenerationTrace, steps: int) -> 
 
 
 def engine_chunks(logits: Logits) -> ProbeLogits:
-    """An engine as a side of the long probe: its one pass over the ids, handed out `CHUNK` positions at a time."""
+    """An engine as a side of the long probe, `CHUNK` positions at a time: streamed where the engine can
+    (`StreamedLogits`), else its one pass over the ids cut into chunks."""
 
     def chunks(ids: Sequence[int]) -> Iterator[torch.Tensor]:
         import torch
 
+        if isinstance(logits, StreamedLogits):
+            for rows in logits.chunks(list(ids), CHUNK):
+                yield torch.from_numpy(rows)
+            return
         (row,) = logits([list(ids)])
         for start in range(0, len(ids), CHUNK):
             yield torch.from_numpy(row[start : start + CHUNK].astype("float32", copy=False))

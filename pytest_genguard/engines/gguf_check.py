@@ -313,8 +313,7 @@ class GGUFJudge:
 
         assert self.baseline is not None
         if self._baseline_logits is None:
-            # The file against itself (a baseline's own check) reads one context: at a 262,144-token vocabulary a
-            # context of the probe's 2,048 positions holds 4 GB of logits.
+            # The file against itself (a baseline's own check) reads one context.
             same = self.baseline.resolve() == self.path.resolve()
             self._baseline_logits = self.logits() if same else self.llama.backend.load(self.baseline)
         if probe and self._baseline_probe is None:

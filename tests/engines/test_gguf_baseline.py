@@ -11,6 +11,7 @@ import gc
 from pathlib import Path
 from typing import Any
 
+import gemma3_group
 import pytest
 from gguf_support import judge_on
 
@@ -33,7 +34,7 @@ def test_a_q8_0_against_itself_is_within_and_its_rope_edit_outside_by_the_probes
     assert report.probe.band_violations and "<- the divergence starts here" in str(report)
 
 
-@pytest.mark.xdist_group("gemma3-gguf")  # the shipped file's probe is test_long_probe_gemma3.py's
+@gemma3_group.MARK  # the shipped file's probe is test_long_probe_gemma3.py's
 def test_gemma3s_shipped_q4_k_m_is_within_itself_as_baseline_and_its_rope_edit_outside_it(
     gemma3_hf: tuple[Any, Any], gemma3_folder: Path, gemma3_reference: Any, genguard_engine: Any, edits: Any
 ) -> None:
@@ -45,8 +46,8 @@ def test_gemma3s_shipped_q4_k_m_is_within_itself_as_baseline_and_its_rope_edit_o
     shipped = gemma3_gguf()
     same = dataclasses.replace(judge_on(shipped, gemma3_hf, gemma3_folder, genguard_engine), baseline=shipped)
     assert same.judge(gemma3_reference).status == "within"
-    # One llama.cpp context at a time: each holds the probe's 2,048 positions x 262,144 logits twice (llama.cpp's
-    # buffer and llama-cpp-python's scores), 4 GB; the shipped file's probe stays kept (engines.gguf_check._PROBES).
+    # One judge at a time (each holds its file's llama.cpp contexts); the shipped file's probe stays kept
+    # (engines.gguf_check keeps each file's probe per process).
     del same
     gc.collect()
     bad = edits(shipped, "gguf_set_metadata", "gemma3.rope.freq_base", "100000")

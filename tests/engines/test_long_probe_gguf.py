@@ -122,3 +122,24 @@ def test_check_gguf_exits_1_on_the_window_edit_and_names_it(
     assert code == 1, out
     assert "long probe OUTSIDE: 2048 tokens of the built-in long text" in out
     assert "(Q8_0, KV cache f16): OUTSIDE THE BUDGET" in out
+
+
+def test_the_probe_streamed_from_llama_cpp_is_its_one_pass_bit_for_bit(
+    swa: tuple[Path, Any, Any], swa_q8: Path, genguard_engine: Any
+) -> None:
+    """The long probe reads a GGUF a chunk at a time (llama.cpp's output buffer one chunk's rows, not the probe's:
+    `engines.base.StreamedLogits`); the logits are the one pass's, bit for bit, and every position is there."""
+    import numpy
+
+    from pytest_genguard.engines.base import StreamedLogits
+    from pytest_genguard.hf.long_probe import CHUNK, probe_ids
+
+    _, model, tokenizer = swa
+    ids = probe_ids(tokenizer, model.config)
+    session = genguard_engine("llama_cpp").backend.load(swa_q8)
+    assert isinstance(session, StreamedLogits)
+    streamed = list(session.chunks(ids, CHUNK))
+    assert [len(c) for c in streamed] == [min(CHUNK, len(ids) - s) for s in range(0, len(ids), CHUNK)]
+    (one_pass,) = session([ids])
+    assert numpy.array_equal(numpy.concatenate(streamed), one_pass)
+    assert not numpy.array_equal(streamed[0], streamed[1][: len(streamed[0])])  # positions, not one row repeated
