@@ -49,6 +49,7 @@ __all__ = [
     "PROBE_CACHE_FORMAT",
     "PROBE_TOKENS",
     "ROWS",
+    "ROW_BYTES",
     "TEXT_NAME",
     "ProbeJudge",
     "ProbeLogits",
@@ -70,8 +71,13 @@ PROBE_TOKENS = 2048
 CHUNK = 256
 """Positions per chunk of logits: 256 x 262,144 float32 (Gemma 3's vocabulary) is 268 MB a side."""
 ROWS = 32
-"""Positions per float64 step computation: each of its [rows, vocabulary] tensors is 67 MB at Gemma 3's vocabulary
-(a whole chunk's were 537 MB, five of them alive at once: the probe of Gemma 3 270M peaked at 7.4 GB)."""
+"""Positions per float64 step computation, at most; fewer at a large vocabulary (`ROW_BYTES`): each of its
+[rows, vocabulary] tensors is 67 MB at 32 rows of Gemma 3's vocabulary (a whole chunk's were 537 MB, five of them
+alive at once: the probe of Gemma 3 270M peaked at 7.4 GB)."""
+ROW_BYTES = 16 * 2**20
+"""The most a float64 [rows, vocabulary] tensor of the step computation takes. glibc hands allocations above its mmap
+threshold (at most 32 MiB) fresh pages from the kernel each time: at Gemma 3's vocabulary 32 rows made a probe fault
+in 7.3 million pages, 16 s of system time per 2,048 positions; 8 rows, 2.3 s (the same figures bit for bit)."""
 TEXT_NAME = "the built-in long text (the Declaration of Independence, the Gettysburg and Second Inaugural Addresses)"
 
 ProbeLogits = Callable[[Sequence[int]], Iterator["torch.Tensor"]]
@@ -183,8 +189,9 @@ def probe_steps(
                 f"{ref.shape[-1]}: they are not the same model's"
             )
         predicted = list(ids[offset + 1 : offset + 1 + ref.shape[0]])
-        for start in range(0, len(predicted), ROWS):  # float64 over the vocabulary, a few rows at a time
-            rows = predicted[start : start + ROWS]
+        step = max(1, min(ROWS, ROW_BYTES // (8 * ref.shape[-1])))
+        for start in range(0, len(predicted), step):  # float64 over the vocabulary, a few rows at a time
+            rows = predicted[start : start + step]
             end = start + len(rows)
             lp = torch.log_softmax(ref[start:end].double(), dim=-1).cpu()
             lq = torch.log_softmax(cand[start:end].double(), dim=-1).cpu()

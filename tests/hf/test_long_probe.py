@@ -110,3 +110,21 @@ def test_a_cache_folder_that_cannot_be_written_is_warned_about_and_the_calibrati
     with pytest.warns(GenguardCacheWarning, match="the long probe's calibration is not stored"):
         figures = long_probe.probe_calibration(model, ids, "int8")
     assert {calibration_key("int8", m) for m in CALIBRATED_METRICS} < set(figures)  # and each band's mean
+
+
+def test_the_steps_are_the_same_whatever_rows_a_step_computation_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A large vocabulary takes fewer rows at a time (`ROW_BYTES`: glibc's fresh pages above its mmap threshold);
+    the figures are the same bit for bit, and every position is there."""
+    from pytest_genguard.hf import long_probe
+
+    torch.manual_seed(0)
+    vocab = 1000
+    reference = [torch.randn(70, vocab) * 3, torch.randn(30, vocab) * 3]
+    candidate = [r + torch.randn_like(r) * 0.1 for r in reference]
+    ids = list(torch.randint(0, vocab, (101,)).tolist())
+    wide = long_probe.probe_steps(reference, iter(candidate), ids)  # 32 rows at a time
+    monkeypatch.setattr(long_probe, "ROW_BYTES", 3 * 8 * vocab)  # 3 rows
+    narrow = long_probe.probe_steps(reference, iter(candidate), ids)
+    assert [s.step for s in narrow] == list(range(1, 101))
+    assert narrow == wide
+    assert narrow != long_probe.probe_steps(reference, iter([c.flip(0) for c in candidate]), ids)
