@@ -19,25 +19,6 @@ pytest_plugins = ["pytester"]
 collect_ignore = ["tests/team_project"]
 
 
-_GEMMA3_LEFT = pytest.StashKey[set[str]]()
-
-
-@pytest.hookimpl(trylast=True)  # after pytest's own teardown: the group's fixtures are gone by then
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """Once this process has torn down the last test of Gemma 3's xdist group it collected, the group's memory is
-    released and CI told (tests/support/gemma3_group.py)."""
-    import gemma3_group
-
-    if not gemma3_group.in_group(item):
-        return
-    if _GEMMA3_LEFT not in item.session.stash:
-        item.session.stash[_GEMMA3_LEFT] = {i.nodeid for i in item.session.items if gemma3_group.in_group(i)}
-    left = item.session.stash[_GEMMA3_LEFT]
-    left.discard(item.nodeid)
-    if not left:
-        gemma3_group.release()
-
-
 @pytest.fixture
 def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
     """pytester's, with pytest-randomly (where installed) kept out of its runs: in-process runs load the entry-point

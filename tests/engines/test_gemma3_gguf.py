@@ -16,13 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import gemma3_group
 import pytest
 
 from pytest_genguard import cli
 from pytest_genguard.core.trace import dumps
 
-pytestmark = gemma3_group.MARK  # one worker holds Gemma's model and GGUF state (CONTRIBUTING.md)
+pytestmark = pytest.mark.xdist_group("gemma3-gguf")  # one worker holds Gemma's model and GGUF state (CONTRIBUTING.md)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import gc
 from pathlib import Path
 from typing import Any
 
-import gemma3_group
 import pytest
 from gguf_support import judge_on
 
@@ -34,7 +33,7 @@ def test_a_q8_0_against_itself_is_within_and_its_rope_edit_outside_by_the_probes
     assert report.probe.band_violations and "<- the divergence starts here" in str(report)
 
 
-@gemma3_group.MARK  # the shipped file's probe is test_long_probe_gemma3.py's
+@pytest.mark.xdist_group("gemma3-gguf")  # the shipped file's probe is test_long_probe_gemma3.py's
 def test_gemma3s_shipped_q4_k_m_is_within_itself_as_baseline_and_its_rope_edit_outside_it(
     gemma3_hf: tuple[Any, Any], gemma3_folder: Path, gemma3_reference: Any, genguard_engine: Any, edits: Any
 ) -> None:

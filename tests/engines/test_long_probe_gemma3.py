@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import gemma3_group
+import pytest
 from gguf_support import judge_on
 
 from pytest_genguard.core.gate import STATUS_EXIT
 
-pytestmark = gemma3_group.MARK  # the probes of its files read once, in one worker
+pytestmark = pytest.mark.xdist_group("gemma3-gguf")  # the probes of its files read once, in one worker
 
 
 def test_gemma3s_global_rope_edit_in_its_q8_0_is_outside_by_a_band_and_its_correct_files_within(

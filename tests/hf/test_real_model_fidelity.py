@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gemma3_group
 import pytest
 import real_model_support as rm
 import torch
@@ -111,8 +110,6 @@ def subject(
         return gg.GenerationTrace.from_json(once_per_run(tmp_path_factory, name, make))
 
     subjects[family.name] = Subject(family, model, tokenizer, [reference(group) for group in family.groups])
-    if family.name == gemma3_group.GEMMA3:  # dropped once the group is done in this worker, not at the module's end
-        gemma3_group.on_release(lambda: subjects.pop(family.name, None))
     return subjects[family.name]
 
 
@@ -255,15 +252,8 @@ CASES = [
     Case("int8 with one down_proj int4 per tensor", "int8", down_proj_int4_per_tensor, CAUGHT),
     Case("torch quantize_dynamic int8 (per tensor)", "int8", dynamic_int8, CAUGHT),
 ]
-# family first: the module-scoped model is loaded once per family and worker; Gemma's cases in the worker that judges
-# its GGUF files (its xdist group: the root conftest frees what they kept once the group is done)
-GROUPS = {"gemma3": gemma3_group.MARK}
-PAIRS = [
-    pytest.param(f, case, id=f"{f}-{case.name}", marks=[GROUPS[f]] if f in GROUPS else [])
-    for f in BOTH
-    for case in CASES
-    if f in case.caught
-]
+# family first: the module-scoped model is loaded once per family and worker
+PAIRS = [pytest.param(f, case, id=f"{f}-{case.name}") for f in BOTH for case in CASES if f in case.caught]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
@@ -308,9 +298,7 @@ def test_each_copy_is_judged_by_the_preset_of_its_precision(subject: Subject, ca
     assert worst_status([r.status for r in bounded]) == status, "\n\n".join(map(str, bounded))
 
 
-@pytest.mark.parametrize(
-    "subject", [pytest.param(f, marks=[GROUPS[f]] if f in GROUPS else []) for f in FAMILIES], indirect=True
-)
+@pytest.mark.parametrize("subject", list(FAMILIES), indirect=True)
 def test_each_family_has_what_its_bug_list_says(subject: Subject) -> None:
     """The bug list's premises, held against the loaded model: the offset its norms add, its biases, its window
     (a bug not made for a family has nothing to act on there)."""
