@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
+import real_model_support
 
 import pytest_genguard as gg
 from pytest_genguard.core.files import file_sha256
@@ -18,10 +19,7 @@ from pytest_genguard.hf import gemma3
 
 @pytest.fixture(scope="module")
 def shipped() -> Path:
-    try:
-        return gg.gemma3_gguf()
-    except gg.ModelUnavailable as exc:
-        pytest.skip(str(exc))
+    return real_model_support.installed_or_skip(gg.gemma3_gguf)
 
 
 def test_the_assembled_file_is_the_shipped_gguf(shipped: Path) -> None:

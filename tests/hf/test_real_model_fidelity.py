@@ -90,10 +90,7 @@ def subject(
     family = FAMILIES[request.param]
     if family.name in subjects:
         return subjects[family.name]
-    try:
-        folder = family.folder()
-    except gg.ModelUnavailable as exc:
-        pytest.skip(str(exc))
+    folder = rm.installed_or_skip(family.folder)
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -25,7 +25,7 @@ CONVERSATION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def folder() -> Path:
-    return real_model_support.folder_or_skip(gg.smollm2_folder)
+    return real_model_support.installed_or_skip(gg.smollm2_folder)
 
 
 @pytest.fixture(scope="module")

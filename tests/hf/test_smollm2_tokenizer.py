@@ -19,7 +19,7 @@ import pytest_genguard as gg
 
 @pytest.fixture(scope="module")
 def folder() -> Path:
-    return real_model_support.folder_or_skip(gg.smollm2_folder)
+    return real_model_support.installed_or_skip(gg.smollm2_folder)
 
 
 @pytest.fixture(scope="module")

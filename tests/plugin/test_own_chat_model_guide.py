@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import real_model_support
 import torch
 from snapshot_support import run
 
@@ -42,10 +43,7 @@ def tiny_chat_base(folder: Path) -> None:
 
 
 def smollm2_base(folder: Path) -> None:
-    try:
-        source = gg.smollm2_folder()
-    except gg.ModelUnavailable as exc:
-        pytest.skip(str(exc))
+    source = real_model_support.installed_or_skip(gg.smollm2_folder)
     folder.mkdir(parents=True)
     for file in source.iterdir():
         if file.name != "manifest.json":

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 
-def folder_or_skip(load: Callable[[], Path]) -> Path:
-    """A real model's float32 folder from its loader (`smollm2_folder`, `gemma3_folder`), or the test skipped with the
-    loader's message, which names the install command, when its package is missing."""
+def installed_or_skip(load: Callable[[], Path]) -> Path:
+    """What a real model's loader gives (`smollm2_folder`, `gemma3_folder`, `gemma3_gguf`), or the test skipped with
+    the loader's message, which names the install command, when its package is missing."""
     import pytest
 
     from pytest_genguard.core.errors import ModelUnavailable
