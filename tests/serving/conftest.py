@@ -8,6 +8,7 @@ cannot be installed or started is an error of those tests, never a skip.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,16 +85,12 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, vllm
         yield {name: vllm_server.running_at(urls[name]) for name in CONFIGURATIONS}
         return
     logs = Path(tmp_path_factory.mktemp("vllm-logs"))
-    launched: dict[str, vllm_server.VLLMServer] = {}
-    try:
-        for name, extra in CONFIGURATIONS.items():
-            launched[name] = vllm_server.launch(served_model.MODEL_DIR, logs, extra=extra, name=name)
-        for server in launched.values():
-            vllm_server.wait(server)
+    launchers = {
+        name: functools.partial(vllm_server.launch, served_model.MODEL_DIR, logs, extra=extra, name=name)
+        for name, extra in CONFIGURATIONS.items()
+    }
+    with vllm_server.side_by_side(launchers, vllm_server.wait) as launched:
         yield launched
-    finally:
-        for server in launched.values():
-            server.stop()
 
 
 @pytest.fixture(scope="session")

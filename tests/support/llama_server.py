@@ -9,12 +9,14 @@ holds the float32 rule on an F32 file; f16 is llama-server's default).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import vllm_server
 from vllm_server import ROOT, ServerStartError, free_port, stop_group, wait_healthy
 
 SERVER_ENV = "GENGUARD_LLAMA_SERVER"  # the llama-server executable, when not the one .ci/llama-cpp-wheel built
@@ -101,26 +103,13 @@ def wait(server: LlamaServer, timeout: float = START_TIMEOUT) -> LlamaServer:
 
 
 @contextlib.contextmanager
-def running(gguf: Path, log_dir: Path, *, kv_cache: str = "f32", extra: Sequence[str] = (), name: str) -> Iterator[str]:
-    """A llama-server's URL for the duration of the block."""
-    server = wait(launch(gguf, log_dir, kv_cache=kv_cache, extra=extra, name=name))
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
-@contextlib.contextmanager
 def side_by_side(work: Path, servers: Mapping[str, tuple[Path, str, Sequence[str]]]) -> Iterator[dict[str, str]]:
     """Several llama-servers started at once (name -> (GGUF, KV cache type, extra flags)), waited for together; their
-    URLs by name for the duration of the block, every one stopped after it."""
-    launched: dict[str, LlamaServer] = {}
-    try:
-        for name, (gguf, kv, extra) in servers.items():
-            launched[name] = launch(gguf, work, kv_cache=kv, extra=extra, name=name)
-        for server in launched.values():
-            wait(server)
+    URLs by name for the duration of the block, every one stopped after it (`vllm_server.side_by_side`: a port taken
+    by another process first is tried again elsewhere)."""
+    launchers = {
+        name: functools.partial(launch, gguf, work, kv_cache=kv, extra=extra, name=name)
+        for name, (gguf, kv, extra) in servers.items()
+    }
+    with vllm_server.side_by_side(launchers, wait) as launched:
         yield {name: server.url for name, server in launched.items()}
-    finally:
-        for server in launched.values():
-            server.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -20,20 +21,30 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_SCRIPT = ROOT / ".ci" / "vllm-venv"
-PORTS_ENV = "GENGUARD_TEST_PORTS"  # "18000-18099": where the test servers may listen (default: any free port)
+PORTS_ENV = "GENGUARD_TEST_PORTS"  # "18000-18099": where the test servers may listen (default: below the ephemeral
+# range, where no client connection's own end is ever put)
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+BIND_FAILURES = ("couldn't bind", "address already in use")  # llama-server's words; uvicorn's (errno 98), lowered
+START_ATTEMPTS = 3  # a port taken between our check and the server's bind: another port, never the same test again
 START_TIMEOUT = 900.0  # vLLM starts in 45-145 s on 2 busy cores, 50 s quiet; CI runs it beside other legs
 
 
 class ServerStartError(RuntimeError):
     """vLLM could not be installed or the server did not come up: the message holds why (never a silent skip)."""
+
+
+class PortTaken(ServerStartError):
+    """The server exited because another process bound its port after `free_port` found it free."""
 
 
 def vllm_venv() -> Path:
@@ -56,14 +67,29 @@ def vllm_venv() -> Path:
 _HANDED_OUT: set[int] = set()  # ports given to servers still starting (not yet listening)
 
 
-def free_port() -> int:
-    """A port nothing listens on and no server of this process was given, in `PORTS_ENV`'s range when it is set."""
+def _candidates() -> Sequence[int]:
+    """Ports to try, in a random order so that two processes (xdist's workers, CI's lanes) rarely try the same one
+    first: `PORTS_ENV`'s range, else those below the kernel's ephemeral range (a port handed out from inside it may be
+    taken as the local end of any process's outgoing connection before the server binds it), else any (port 0)."""
     span = os.environ.get(PORTS_ENV, "")
-    candidates: Sequence[int] = [0]
     if span:
         low, high = (int(x) for x in span.split("-"))
-        candidates = range(low, high + 1)
-    for port in candidates:
+    else:
+        try:
+            high = int(EPHEMERAL.read_text().split()[0]) - 1
+        except (OSError, ValueError, IndexError):
+            return [0]
+        low = LOWEST_PORT
+        if high < low:
+            return [0]
+    ports = list(range(low, high + 1))
+    random.shuffle(ports)
+    return ports
+
+
+def free_port() -> int:
+    """A port nothing listens on and no server of this process was given (see `_candidates` for where)."""
+    for port in _candidates():
         if port in _HANDED_OUT:
             continue
         with socket.socket() as sock:
@@ -74,7 +100,7 @@ def free_port() -> int:
             found = int(sock.getsockname()[1])
         _HANDED_OUT.add(found)
         return found
-    raise ServerStartError(f"no free port in {span}")
+    raise ServerStartError(f"no free port in {os.environ.get(PORTS_ENV) or 'the range below the ephemeral ports'}")
 
 
 @dataclass
@@ -125,7 +151,9 @@ def wait_healthy(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            raise ServerStartError(f"{name} exited with {process.returncode} while starting:\n{log_tail(log)}")
+            tail = log_tail(log)
+            error = PortTaken if any(words in tail.lower() for words in BIND_FAILURES) else ServerStartError
+            raise error(f"{name} exited with {process.returncode} while starting:\n{tail}")
         try:
             with urllib.request.urlopen(url + "/health", timeout=5) as response:
                 if response.status == 200:
@@ -204,14 +232,38 @@ def wait(server: VLLMServer, timeout: float = START_TIMEOUT) -> VLLMServer:
     return server
 
 
+class Server(Protocol):
+    url: str
+
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Server)
+
+
 @contextlib.contextmanager
-def running(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: str = "server") -> Iterator[VLLMServer]:
-    """A server for the duration of the block."""
-    server = wait(launch(model_dir, log_dir, extra=extra, name=name))
+def side_by_side(launchers: Mapping[str, Callable[[], S]], wait: Callable[[S], S]) -> Iterator[dict[str, S]]:
+    """Servers started at once (name -> a call that launches one on a fresh port) and waited for together, every one
+    stopped after the block. One whose port another process bound first (`PortTaken`) is launched again on another
+    port, `START_ATTEMPTS` times at most: the race is the port's, not the server's, so it never hides a failure."""
+    launched: dict[str, S] = {}
     try:
-        yield server
+        for name, launch_one in launchers.items():
+            launched[name] = launch_one()
+        for name, launch_one in launchers.items():
+            for attempt in range(1, START_ATTEMPTS + 1):
+                try:
+                    wait(launched[name])
+                    break
+                except PortTaken:
+                    launched[name].stop()
+                    if attempt == START_ATTEMPTS:
+                        raise
+                    launched[name] = launch_one()
+        yield launched
     finally:
-        server.stop()
+        for server in launched.values():
+            server.stop()
 
 
 SERVED_TEST = """from pathlib import Path
