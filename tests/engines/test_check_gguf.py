@@ -209,7 +209,7 @@ def test_against_a_baseline_the_shipped_file_itself_is_within_and_its_rope_edit_
     from pytest_genguard.hf.smollm2 import gguf_path
 
     shipped = str(gguf_path())
-    model = ("--model", str(folder), "--no-long-probe")  # the probe against a baseline: test_gguf_baseline.py
+    model = ("--model", str(folder), "--no-long-probe")  # the probe against a baseline: test_long_probe_*.py
     code, out, _ = run(capsys, shipped, str(snapshot), "--baseline", shipped, *model)
     assert code == 0, out
     assert f"judged by the baseline {gguf_path().name}: its KLD measured in this run against the same reference" in out

