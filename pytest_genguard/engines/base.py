@@ -11,6 +11,7 @@ transformers, now ctranslate2``.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -58,8 +59,12 @@ class StreamedLogits(Protocol):
     def chunks(self, ids: Sequence[int], size: int) -> Iterator[numpy.ndarray[Any, Any]]: ...
 
 
-CONVERSION_FORMAT = 1
-"""Bump when a conversion changes for the same model and engine version: old cache entries are then not found."""
+CONVERSION_FORMAT = 2
+"""Bump when a conversion changes for the same model and engine version: old cache entries are then not found (2: the
+folder's other files are part of the key)."""
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+"""Files of a model folder that the weights fingerprint covers; every other file (the tokenizer's, the chat template,
+the generation config) is hashed into a conversion's key as bytes."""
 
 _MODULES = {
     "ctranslate2": "pytest_genguard.engines.ct2",
@@ -276,6 +281,7 @@ class Engine:
                 "weights": fingerprint.weights_hash,
                 "config": fingerprint.config_hash,
                 "format": CONVERSION_FORMAT,
+                "files": folder_files_hash(model_dir),
                 **({"variant": self.backend.variant} if self.backend.variant else {}),
             }
         )
@@ -286,6 +292,18 @@ class Engine:
             return None, {"engine": self.backend.name, "version": self.backend.version, "source": str(model_dir)}
 
         return fetch(root, key, build=build, load=lambda entry, manifest: None).path
+
+
+def folder_files_hash(folder: Path) -> str:
+    """sha256 over the names and bytes of a model folder's files other than its weights: an engine's copy embeds the
+    tokenizer and chat template, which the weights and config fingerprint does not see (a tokenizer changed in place
+    would otherwise be served from the old copy)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.name.endswith(WEIGHT_SUFFIXES):
+            digest.update(str(path.relative_to(folder)).encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def _load_saved(folder: Path, *, need_tokenizer: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase | None]:

@@ -3,6 +3,7 @@ to do."""
 
 import dataclasses
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,22 @@ def test_a_conversion_is_built_once_per_weights(genguard_engine: Any, saved: dic
         ct2.convert(other)
     tiny_tokenizer().save_pretrained(other)
     assert ct2.convert(other) != first  # other weights: another entry
+
+
+def test_a_tokenizer_changed_in_place_is_converted_again(
+    genguard_engine: Any, saved: dict[str, Path], tmp_path: Path
+) -> None:
+    # The copy embeds the tokenizer, which the weights' fingerprint does not see (engines.base.folder_files_hash).
+    ct2 = dataclasses.replace(genguard_engine("ctranslate2"), cache_dir=tmp_path / "cache")
+    folder = tmp_path / "model"
+    shutil.copytree(saved["gpt2"], folder)
+    first = ct2.convert(folder)
+    assert ct2.convert(folder) == first
+    config = folder / "tokenizer_config.json"
+    settings = json.loads(config.read_text())
+    settings["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    config.write_text(json.dumps(settings))
+    assert ct2.convert(folder) != first
 
 
 def test_a_missing_engine_names_its_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
