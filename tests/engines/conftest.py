@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from gguf_support import PROMPTS, edited
-from run_shared import made_once, once_per_run
+from run_shared import made_once_in, once_per_run
 
 from pytest_genguard import record
 from pytest_genguard.core.errors import GenguardError
@@ -95,15 +95,31 @@ def llama_cpp_extra(genguard_engine: Any) -> None:
 
 
 @pytest.fixture(scope="session")
-def edits(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
-    """(source, script, *args) -> `gguf_support.edited`'s copy of a GGUF, made once per run and shared by the tests
-    and the xdist workers that ask for the same edit (each one a 540 MB copy and a parse of the whole file by gguf-py;
-    the same rms epsilon, rope base and pre-tokenizer edits of the F32 file are asked for by three files each). A test
-    reads it, never changes it."""
+def edits(pytestconfig: pytest.Config) -> Callable[..., Path]:
+    """(source, script, *args) -> `gguf_support.edited`'s copy of a GGUF, made once and shared by the tests and the
+    xdist workers that ask for the same edit (each one a copy and a parse of the whole file by gguf-py: 540 MB for
+    SmolLM2's F32, 25 s of CPU at Gemma 3's 262,144-token vocabulary). Kept in the run's genguard cache (pytest's cache
+    dir, `genguard_cache_dir`), keyed by the source's path, size and modification time (a rebuilt source is another
+    key), the edit and gguf-py's script: a second run reads it. A test reads it, never changes it."""
+    from pytest_genguard.engines.llama_cpp import metadata_script
+    from pytest_genguard.plugin.finetune_fixture import cache_dir_for
+
+    root = cache_dir_for(pytestconfig) / "test-gguf-edits"
 
     def edit(source: Path, script: str, *args: str) -> Path:
-        key = hashlib.sha256(json.dumps([str(source), script, *args]).encode()).hexdigest()[:16]
-        return made_once(tmp_path_factory, f"gguf-edit-{key}", lambda folder: edited(source, folder, script, *args))
+        stat = source.stat()
+        code = metadata_script(script)
+        parts = [
+            str(source),
+            stat.st_size,
+            stat.st_mtime_ns,
+            script,
+            *args,
+            str(code),
+            hashlib.sha256(code.read_bytes()).hexdigest(),
+        ]
+        key = hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+        return made_once_in(root, f"gguf-edit-{key}", lambda folder: edited(source, folder, script, *args))
 
     return edit
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-__all__ = ["made_once", "once_per_run", "run_folder"]
+__all__ = ["made_once", "made_once_in", "once_per_run", "run_folder"]
 
 
 def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -38,7 +38,14 @@ def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, make: Call
 def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], Path]) -> Path:
     """The file `make(folder)` writes into an empty folder and returns, made once per run in a folder `name` of its
     own (a file name the caller chose is kept). Shared: no caller may change it."""
-    folder = run_folder(tmp_path_factory) / name
+    return made_once_in(run_folder(tmp_path_factory), name, make)
+
+
+def made_once_in(root: Path, name: str, make: Callable[[Path], Path]) -> Path:
+    """`made_once` in a folder `root` that may outlive the run (a cache: `name` must then say everything the file
+    depends on)."""
+    folder = root / name
+    root.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{folder}.lock"):
         if not folder.is_dir():
             partial = folder.with_name(f".{name}.{os.getpid()}.partial")
