@@ -36,8 +36,8 @@ EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LOWEST_PORT = 10000
 BIND_FAILURES = ("couldn't bind", "address already in use")  # llama-server's words; uvicorn's (errno 98), lowered
 KV_CACHE = "256M"  # vLLM's --kv-cache-memory-bytes (M: MiB), held by its worker process: SmolLM2's 16 sequences of 256
-# float32 tokens take 188 MiB, the tiny model's a few; at VLLM_CPU_KVCACHE_SPACE's smallest, 1 GiB, four servers held
-# 10.8 GB in use, and CI starts them beside README's command
+# float32 tokens take 188 MiB, the tiny model's a few; at VLLM_CPU_KVCACHE_SPACE's smallest, 1 GiB, a server held
+# 2.8 GB (four: 10.8 GB in use), with this 2.0 GB
 START_ATTEMPTS = 3  # a port taken between our check and the server's bind: another port, never the same test again
 START_TIMEOUT = 900.0  # vLLM starts in 45-145 s on 2 busy cores, 50 s quiet; CI runs it beside other legs
 
