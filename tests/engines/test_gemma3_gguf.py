@@ -65,12 +65,15 @@ def test_with_its_model_every_step_is_exact_and_its_tokenizer_and_metadata_confo
 
 
 def test_gemma3s_global_rope_edit_in_its_q8_0_is_outside_by_a_band_and_its_correct_files_within(
-    gemma3_hf: tuple[Any, Any], gemma3_folder: Path, gemma3_reference: Any, genguard_engine: Any, edits: Any
+    shipped: Path,
+    gemma3_hf: tuple[Any, Any],
+    gemma3_folder: Path,
+    gemma3_reference: Any,
+    genguard_engine: Any,
+    edits: Any,
 ) -> None:
-    from pytest_genguard.hf.gemma3 import gemma3_gguf
-
     q8 = Path(genguard_engine("llama_cpp", outtype="q8_0").convert(gemma3_folder)) / "model.gguf"
-    for correct in (q8, gemma3_gguf()):
+    for correct in (q8, shipped):
         judged = judge_on(correct, gemma3_hf, gemma3_folder, genguard_engine).judge(gemma3_reference)
         assert judged.status == "within" and judged.report.probe is not None, str(judged)
         assert not judged.report.probe.band_violations
@@ -86,13 +89,15 @@ def test_gemma3s_global_rope_edit_in_its_q8_0_is_outside_by_a_band_and_its_corre
 
 
 def test_gemma3s_shipped_q4_k_m_is_within_itself_as_baseline_and_its_rope_edit_outside_it(
-    gemma3_hf: tuple[Any, Any], gemma3_folder: Path, gemma3_reference: Any, genguard_engine: Any, edits: Any
+    shipped: Path,
+    gemma3_hf: tuple[Any, Any],
+    gemma3_folder: Path,
+    gemma3_reference: Any,
+    genguard_engine: Any,
+    edits: Any,
 ) -> None:
     # Within gguf-q4_k_m (its bands at 0.18x of it: a bug under the preset's floor), outside the file it replaces by
     # 2.9-3.8x in the bands past position 128 (the allowance: 1.5x, core.baseline).
-    from pytest_genguard.hf.gemma3 import gemma3_gguf
-
-    shipped = gemma3_gguf()
     same = dataclasses.replace(judge_on(shipped, gemma3_hf, gemma3_folder, genguard_engine), baseline=shipped)
     assert same.judge(gemma3_reference).status == "within"
     # One judge at a time (each holds its file's llama.cpp contexts); the shipped file's probe stays kept

@@ -7,21 +7,11 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import vllm_server
-
-
-@dataclass
-class Process:
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def stop(self) -> None:
-        vllm_server.stop_group(self.process)
+from llama_server import LlamaServer as Process  # a process on a port with its log, stopped as a group
 
 
 def http_server(folder: Path, port: int) -> Process:
@@ -66,7 +56,6 @@ def test_a_server_that_fails_otherwise_is_not_started_again(tmp_path: Path) -> N
 
     def launch() -> Process:
         log = tmp_path / "broken.log"
-        log.write_text("")
         with log.open("wb") as out:
             process = subprocess.Popen(
                 [sys.executable, "-c", "import sys; print('no model file'); sys.exit(3)"], stdout=out

@@ -174,8 +174,8 @@ def test_the_served_model_example_judges_the_real_server(servers: dict[str, Any]
 
 
 def test_each_server_started_here_holds_the_kv_cache_it_was_given(servers: dict[str, Any]) -> None:
-    # CI starts the servers beside README's command: each one's KV cache is the test size (vllm_server.KV_CACHE),
-    # not vLLM's default share of the machine's memory, nor the 1 GiB of its legacy variable.
+    # Each one's KV cache is the test size (vllm_server.KV_CACHE: 2.0 GB a server), not vLLM's default share of the
+    # machine's memory, nor the 1 GiB of its legacy variable (2.8 GB a server).
     started = {name: server for name, server in servers.items() if server.process is not None}
     if not started:
         pytest.skip("every server was given by GENGUARD_VLLM_URLS: their KV caches are their owner's")
