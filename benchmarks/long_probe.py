@@ -8,7 +8,8 @@ converter and quantizer make it (Q8_0, Q4_K_M), with its global rope base (1e6 -
 edited; SmolLM2-135M-Instruct's Q8_0 and Q4_K_M, with its rope base edited (1e5 -> 2e5). Snapshots: 3 short prompts
 of 6 greedy steps (the sliding-window model: within its window) or the engine tests' prompts of 32 steps (SmolLM2),
 top-5, calibrated (int8). The cost: the judgement with its probe against the same without (alternating pairs, the
-median ratio), cold (the probe's reference side and its calibration computed) and warm (kept: the session's case).
+median ratio), cold (the probe's reference side and its calibration computed), warm (kept: the session's case) and
+stored (a later run, or CI's: the file's probe read from genguard's cache by its bytes).
 Not part of `python -m benchmarks` (it needs the llama_cpp extra; about 10 minutes):
     OMP_NUM_THREADS=1 PYTHONPATH=.:tests/support python benchmarks/long_probe.py [--pairs 3]
 """
@@ -76,7 +77,19 @@ def _cost(path: Path, model: Any, tokenizer: Any, folder: Path, snapshot: Any, p
     def without() -> None:
         _judge(path, model, tokenizer, folder, probe=False).judge(snapshot)
 
-    return _cold_then_warm(with_probe, without, pairs)
+    def stored() -> None:  # a later run: the same bytes under a path this process never read, its probe in the cache
+        with tempfile.TemporaryDirectory() as where:
+            link = Path(where) / path.name
+            os.link(path, link)
+            _judge(link, model, tokenizer, folder).judge(snapshot)
+
+    with_probe()  # stored under the default cache folder, if not there yet
+    later = alternate(stored, without, pairs)
+    return [
+        *_cold_then_warm(with_probe, without, pairs),
+        f"stored (a later run: the file's probe read from genguard's cache by its bytes, hf.probe_store): "
+        f"{later.ratios.text('{:.2f}', '×')} ({later.a.median:.1f} s vs {later.b.median:.1f} s)",
+    ]
 
 
 def _cold_then_warm(with_probe: Callable[[], None], without: Callable[[], None], pairs: int) -> list[str]:

@@ -292,13 +292,34 @@ class GGUFJudge:
 
     def _probe_of(self, path: Path, logits: Any) -> Any:
         """The long probe of the GGUF at `path` (its llama.cpp context `logits`): read once per state of the file,
-        KV cache and reference model in this process (`_PROBES`), whichever judge asks."""
+        KV cache and reference model in this process (`_PROBES`), whichever judge asks; and stored in genguard's
+        cache by the file's bytes (`hf.probe_store`), so a later run, or the other xdist worker, reads it instead."""
         from pytest_genguard.engines.base import engine_chunks
-        from pytest_genguard.hf.long_probe import probe_judge
+        from pytest_genguard.hf.long_probe import probe_ids, probe_judge
+        from pytest_genguard.hf.probe_store import stored_steps
         from pytest_genguard.hf.weights_hash import weights_hash
 
         kept = _PROBES.setdefault((weights_hash(self.model), self.kv_cache), KeptPerState(_KEEP_PROBES))
-        return probe_judge(self.model, self.tokenizer, engine_chunks(logits), lambda read: kept.get(path, read))
+        ids = probe_ids(self.tokenizer, self.model.config)
+
+        def keep(read: Any) -> Any:
+            return kept.get(path, lambda: stored_steps(self.model, ids, self._identity(path), read))
+
+        return probe_judge(self.model, self.tokenizer, engine_chunks(logits), keep)
+
+    def _identity(self, path: Path) -> dict[str, Any]:
+        """What the logits of the GGUF at `path` depend on besides the reference (`hf.probe_store`): its bytes, the
+        KV cache, llama.cpp's build and genguard's code that runs it."""
+        from pytest_genguard.core.files import file_sha256
+        from pytest_genguard.engines.llama_cpp import build_identity
+        from pytest_genguard.hf.probe_store import code_hash
+
+        return {
+            "gguf_sha256": file_sha256(path),
+            "kv_cache": self.kv_cache,
+            "engine": build_identity(),
+            "engine_code": code_hash(("pytest_genguard.engines.llama_cpp", "pytest_genguard.engines.base")),
+        }
 
     def _probe_judge(self) -> Any:
         if self._probe is None:

@@ -17,6 +17,8 @@ environment, with the GGUF's file type.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import subprocess
 import sys
@@ -40,6 +42,7 @@ __all__ = [
     "QUANTIZED",
     "backend",
     "build_folder",
+    "build_identity",
     "convert",
     "file_type",
     "gguf_file",
@@ -303,6 +306,23 @@ def backend(outtype: str = "f32", kv_cache: str = "f16") -> Backend:
         variant=outtype,
         describe=describe,
     )
+
+
+@functools.cache
+def build_identity() -> dict[str, str]:
+    """What decides llama.cpp's arithmetic in this process: llama-cpp-python's version, the CPU features its ggml was
+    built with, and the sha256 of its shared libraries (the same version built with other flags is another build).
+    Part of the key a file's stored long probe is found by (`hf.probe_store`)."""
+    folder = Path(llama_cpp.__file__).parent
+    digest = hashlib.sha256()
+    for library in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in {".so", ".dylib", ".dll"}):
+        digest.update(library.relative_to(folder).as_posix().encode())
+        digest.update(hashlib.sha256(library.read_bytes()).digest())
+    return {
+        "llama_cpp": str(llama_cpp.__version__),
+        "system": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+        "libraries": digest.hexdigest(),
+    }
 
 
 def build_folder() -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gguf_support import judge_on
+from gguf_support import edited, judge_on
 from swa_model import WINDOW, save_swa_model
 
 from pytest_genguard import calibrate, record
@@ -143,3 +143,39 @@ def test_the_probe_streamed_from_llama_cpp_is_its_one_pass_bit_for_bit(
     (one_pass,) = session([ids])
     assert numpy.array_equal(numpy.concatenate(streamed), one_pass)
     assert not numpy.array_equal(streamed[0], streamed[1][: len(streamed[0])])  # positions, not one row repeated
+
+
+def test_a_files_probe_is_stored_by_its_bytes_and_read_back_by_a_later_judge_never_for_another_file(
+    swa: tuple[Path, Any, Any],
+    swa_snapshot: Any,
+    swa_q8: Path,
+    genguard_engine: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A team's CI judges the same shipped file every run: its probe is stored in genguard's cache by the file's
+    bytes (`hf.probe_store`) and a later judge of those bytes (another path, another process) reads it instead of
+    running llama.cpp and the KLD again; an edited file is never handed another file's probe."""
+    import shutil
+
+    from pytest_genguard.core.files import file_sha256
+    from pytest_genguard.hf import long_probe
+    from pytest_genguard.hf.probe_store import STEPS_FILE
+
+    folder, model, tokenizer = swa
+    monkeypatch.setenv("GENGUARD_CACHE_DIR", str(tmp_path / "cache"))
+    first = shutil.copyfile(swa_q8, tmp_path / "shipped.gguf")  # a new file state: this process has not read it
+    judged = judge_on(first, (model, tokenizer), folder, genguard_engine).judge(swa_snapshot)
+    assert judged.report.probe is not None
+    (stored,) = (tmp_path / "cache" / "long-probe").glob(f"*/{STEPS_FILE}")
+    assert file_sha256(first) in (stored.parent / "manifest.json").read_text(encoding="utf-8")
+
+    monkeypatch.setattr(long_probe, "probe_steps", lambda *args: pytest.fail("the stored probe was read again"))
+    again = shutil.copyfile(swa_q8, tmp_path / "downloaded-again.gguf")
+    rejudged = judge_on(again, (model, tokenizer), folder, genguard_engine).judge(swa_snapshot)
+    assert rejudged.report.probe is not None and rejudged.status == judged.status
+    assert rejudged.report.probe.metrics == judged.report.probe.metrics
+    # Its negative control: the window edited in a copy of those bytes is another file, whose probe is read.
+    bad = edited(swa_q8, tmp_path, "gguf_set_metadata", "gemma3.attention.sliding_window", "32")
+    with pytest.raises(pytest.fail.Exception, match="the stored probe was read again"):
+        judge_on(bad, (model, tokenizer), folder, genguard_engine).judge(swa_snapshot)
