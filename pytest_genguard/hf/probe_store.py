@@ -1,7 +1,7 @@
 """The long probe's steps of a candidate that is a file (a GGUF), stored in genguard's cache: a team's CI judges the
 same shipped file on every run (``check-gguf --baseline shipped.gguf``, ``--genguard-gguf``), and each read is an
-engine pass over 2,048 positions plus the float64 KLD over the full vocabulary at each (Gemma 3 270M's Q4_K_M:
-32 s of llama.cpp and 14 s of KLD on one core). A second run reads the steps (about 1 MB) instead.
+engine pass over 2,048 positions plus the float64 KLD over the full vocabulary at each (SmolLM2-135M-Instruct's
+Q4_K_M: 57 s against 2 s without the probe, benchmarks/long_probe.py). A later run reads the steps (about 1 MB).
 
 An entry's key is everything its figures depend on: the candidate as its caller identifies it (a GGUF: its bytes'
 sha256, the KV cache, llama.cpp's libraries), the reference model's weights and config, the probe's ids, the
