@@ -61,7 +61,6 @@ def stored_steps_key(model: PreTrainedModel, ids: Sequence[int], candidate: Mapp
     """The cache key of a candidate's probe steps against `model` (see the module's docstring)."""
     from pytest_genguard.hf.environment import environment
     from pytest_genguard.hf.fingerprint import config_hash
-    from pytest_genguard.hf.long_probe import CHUNK
     from pytest_genguard.hf.weights_hash import weights_hash
 
     return cache_key(
@@ -71,7 +70,6 @@ def stored_steps_key(model: PreTrainedModel, ids: Sequence[int], candidate: Mapp
             "weights": weights_hash(model),
             "config": config_hash(model),
             "ids": hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest(),
-            "chunk": CHUNK,
             "code": code_hash(STEPS_MODULES),
             "environment": environment(model),
         }

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch_threads import threads
 
 from pytest_genguard.core.compare import compare
 from pytest_genguard.core.environments import environment_differences, same_environment
@@ -64,12 +65,8 @@ def table(axis: str, outcomes: list[PromptOutcome]) -> None:
 
 
 def with_threads(n: int, fn: Callable[[], GenerationTrace]) -> GenerationTrace:
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
+    with threads(n):
         return fn()
-    finally:
-        torch.set_num_threads(old)
 
 
 # ------------------------------------------------------------------------------------------------ the oracle

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from swa_model import swa_model
+from torch_threads import threads
 
 from pytest_genguard import fidelity, record
 from pytest_genguard.hf.long_probe import PROBE_TOKENS, model_chunks, probe_ids, probe_length, window_and_context
@@ -86,12 +87,8 @@ def test_the_probes_calibration_is_stored_once_and_read_back_and_its_key_names_w
     keys = {
         long_probe.stored_calibration_key(m, ids, p) for m, p in ((model, "int8"), (model, "fp16"), (other, "int8"))
     }
-    threads = torch.get_num_threads()
-    torch.set_num_threads(threads + 1)
-    try:
+    with threads(torch.get_num_threads() + 1):
         keys.add(long_probe.stored_calibration_key(model, ids, "int8"))
-    finally:
-        torch.set_num_threads(threads)
     assert len(keys) == 4
 
 

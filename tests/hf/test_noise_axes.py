@@ -9,14 +9,13 @@ this module on transformers 4.57, the lowest declared versions and torch 2.14.1 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 from cross_kernel import ARCHS, BUNDLES, PINS, PROMPTS, bundle, worst_share
+from torch_threads import threads
 from transformers import GenerationConfig
 
 import pytest_genguard as gg
@@ -31,16 +30,6 @@ from pytest_genguard.hf.teacher import teacher_force_with_preferences
 SAME_DRAWS = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 7)
 CONFIGS = [(arch, kind) for arch in ARCHS for kind in ("ft0", "rand0")]
 IDS = [f"{arch}-{kind}" for arch, kind in CONFIGS]
-
-
-@contextlib.contextmanager
-def threads(n: int) -> Iterator[None]:
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def model_of(arch: str, kind: str) -> Any:

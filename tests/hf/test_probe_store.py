@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch_threads import threads
 
 from pytest_genguard.core.errors import GenguardCacheWarning
 from pytest_genguard.core.fidelity import StepFidelity
@@ -42,12 +43,18 @@ def test_steps_round_trip_through_json_bit_for_bit_infinite_and_unknown_values_i
         probe_store.steps_from_json(fields + '"rows": [[1, 2]]}')
 
 
-def test_a_probe_is_read_once_stored_and_read_back_and_its_key_names_what_moves_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def probed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[torch.nn.Module, list[int]]:
+    """A tiny llama and its probe's ids, genguard's cache in `tmp_path`."""
     monkeypatch.setenv("GENGUARD_CACHE_DIR", str(tmp_path))
     model = tiny_model("llama")
-    ids = probe_ids(tiny_tokenizer(), model.config)
+    return model, probe_ids(tiny_tokenizer(), model.config)
+
+
+def test_a_probe_is_read_once_stored_and_read_back_and_its_key_names_what_moves_it(
+    probed: tuple[torch.nn.Module, list[int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, ids = probed
     reads: list[int] = []
 
     def read() -> tuple[StepFidelity, ...]:
@@ -66,23 +73,17 @@ def test_a_probe_is_read_once_stored_and_read_back_and_its_key_names_what_moves_
     with torch.no_grad():
         other.lm_head.weight.mul_(1.01)
     keys = {probe_store.stored_steps_key(m, ids, f) for m, f in ((model, FILE), (model, other_file), (other, FILE))}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(threads + 1)
-    try:
+    with threads(torch.get_num_threads() + 1):
         keys.add(probe_store.stored_steps_key(model, ids, FILE))
-    finally:
-        torch.set_num_threads(threads)
     monkeypatch.setattr(probe_store, "STEPS_MODULES", (*probe_store.STEPS_MODULES, "pytest_genguard.core.trace"))
     keys.add(probe_store.stored_steps_key(model, ids, FILE))
     assert len(keys) == 5
 
 
 def test_a_damaged_entry_is_read_again_and_an_unwritable_folder_warned_about(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    probed: tuple[torch.nn.Module, list[int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("GENGUARD_CACHE_DIR", str(tmp_path))
-    model = tiny_model("llama")
-    ids = probe_ids(tiny_tokenizer(), model.config)
+    model, ids = probed
     steps = steps_of(model, ids)
     probe_store.stored_steps(model, ids, FILE, lambda: steps)
     (stored,) = (tmp_path / "long-probe").glob(f"*/{probe_store.STEPS_FILE}")
