@@ -85,8 +85,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, vllm
         yield {name: vllm_server.running_at(urls[name]) for name in CONFIGURATIONS}
         return
     logs = Path(tmp_path_factory.mktemp("vllm-logs"))
+    folder = vllm_server.stable_folder(served_model.MODEL_DIR)  # vLLM keys its compile cache by the model's path
     launchers = {
-        name: functools.partial(vllm_server.launch, served_model.MODEL_DIR, logs, extra=extra, name=name)
+        name: functools.partial(vllm_server.launch, folder, logs, extra=extra, name=name)
         for name, extra in CONFIGURATIONS.items()
     }
     with vllm_server.side_by_side(launchers, vllm_server.wait) as launched:

@@ -176,6 +176,24 @@ def running_at(url: str) -> VLLMServer:
     return VLLMServer(url, None, Path("/dev/null"), ())
 
 
+def stable_folder(model_dir: Path) -> Path:
+    """`model_dir`'s files at a path keyed by their bytes, beside the vLLM virtualenv (copied once, locked, renamed
+    into place). vLLM keys its compile cache by the served model's path among the rest: served from a clone's
+    ``fixtures/``, every CI run (a clean clone) compiled the tiny model's servers again."""
+    from pytest_genguard.core.files import file_records
+    from pytest_genguard.hf.cache import cache_key, fetch
+
+    names = sorted(p.name for p in model_dir.iterdir() if p.is_file())
+    key = cache_key({"served folder": model_dir.name, "files": file_records(model_dir, names)})
+
+    def build(tmp: Path) -> tuple[Path, dict[str, str]]:
+        for name in names:
+            shutil.copy2(model_dir / name, tmp / name)
+        return tmp, {"copied from": str(model_dir)}
+
+    return fetch(vllm_venv().parent / "vllm-models", key, build=build, load=lambda entry, _: entry).path
+
+
 def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: str = "server") -> VLLMServer:
     """Start vLLM serving `model_dir` in float32 (unless `extra` says otherwise); `wait` for it to answer. Several
     servers launched before waiting start side by side."""
@@ -211,6 +229,10 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
             "TOKENIZERS_PARALLELISM": "false",
             "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache: the batch-variance test's cold rounds
             "VLLM_RPC_BASE_PATH": str(sockets),
+            # vLLM 0.32's AOT compile cache fails to load on the CPU ("'function' object has no attribute
+            # 'finalize_loading'"), so each start compiled the model again: 99 s of CPU for a SmolLM2 server, 44 for
+            # the tiny one. Its other compile cache (the same compiled model) loads: 58 s and 32 s.
+            "VLLM_USE_AOT_COMPILE": "0",
         }
     )
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # its legacy setting would override --kv-cache-memory-bytes
