@@ -112,6 +112,11 @@ def nan_model():
     return model
 
 
+@pytest.mark.genguard(allow_nonfinite=True)
+def test_opted_in(genguard_snapshot):
+    genguard_snapshot.verify(nan_model(), tiny_tokenizer(), ["the quick"], max_new_tokens=3)
+
+
 @pytest.mark.genguard(allow_nonfinite={allow})
 def test_verify(genguard_snapshot):
     genguard_snapshot.verify(nan_model(), tiny_tokenizer(), ["the quick"], max_new_tokens=3)
@@ -119,13 +124,14 @@ def test_verify(genguard_snapshot):
 
 
 def test_verify_does_not_pass_a_model_that_outputs_nan_against_a_stored_nan(pytester: pytest.Pytester) -> None:
+    # Both snapshots recorded with the opt-in; then test_verify drops it, test_opted_in keeps it.
     pytester.makepyfile(test_gen=VERIFY.format(allow=True))
     # A subprocess each: an in-process run drops the torch modules it imported, which cannot be imported twice.
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--snapshot-update").assert_outcomes(passed=1)
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)  # opted in: identical
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--snapshot-update").assert_outcomes(passed=2)
     pytester.makepyfile(test_gen=VERIFY.format(allow=False))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(failed=1)
+    result.assert_outcomes(passed=1, failed=1)  # opted in: identical; without the opt-in: refused
     result.stdout.fnmatch_lines(
         ["E  *genguard snapshot 'test_verify' (*test_verify.genguard): the model's output holds * non-finite values*"]
     )
+    assert "genguard snapshot 'test_opted_in'" not in result.stdout.str()
