@@ -194,9 +194,16 @@ def stable_folder(model_dir: Path) -> Path:
     return fetch(vllm_venv().parent / "vllm-models", key, build=build, load=lambda entry, _: entry).path
 
 
-def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: str = "server") -> VLLMServer:
+def launch(
+    model_dir: Path,
+    log_dir: Path,
+    *,
+    extra: Sequence[str] = (),
+    name: str = "server",
+    environment: Mapping[str, str] | None = None,
+) -> VLLMServer:
     """Start vLLM serving `model_dir` in float32 (unless `extra` says otherwise); `wait` for it to answer. Several
-    servers launched before waiting start side by side."""
+    servers launched before waiting start side by side. `environment` goes over the settings below (benchmarks)."""
     venv = vllm_venv()
     port = free_port()
     args = (
@@ -230,11 +237,13 @@ def launch(model_dir: Path, log_dir: Path, *, extra: Sequence[str] = (), name: s
             "VLLM_SERVER_DEV_MODE": "1",  # POST /reset_prefix_cache: the batch-variance test's cold rounds
             "VLLM_RPC_BASE_PATH": str(sockets),
             # vLLM 0.32's AOT compile cache fails to load on the CPU ("'function' object has no attribute
-            # 'finalize_loading'"), so each start compiled the model again: 99 s of CPU for a SmolLM2 server, 44 for
-            # the tiny one. Its other compile cache (the same compiled model) loads: 58 s and 32 s.
+            # 'finalize_loading'"), so each start compiled the model again; its other compile cache (the same
+            # compiled model) loads. A SmolLM2 server starts in 44 s instead of 88, the tiny one in 32 instead of 37
+            # (benchmarks/vllm_start.py); the server leg took 433 s of CPU instead of 675.
             "VLLM_USE_AOT_COMPILE": "0",
         }
     )
+    env.update(environment or {})
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # its legacy setting would override --kv-cache-memory-bytes
     log = log_dir / f"vllm-{name}-{port}.log"
     with log.open("wb") as out:
