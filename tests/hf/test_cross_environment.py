@@ -64,11 +64,6 @@ def table(axis: str, outcomes: list[PromptOutcome]) -> None:
         print(f"  {o.prompt!r:18} {o.outcome:32} {step:8} {margin}")
 
 
-def with_threads(n: int, fn: Callable[[], GenerationTrace]) -> GenerationTrace:
-    with threads(n):
-        return fn()
-
-
 # ------------------------------------------------------------------------------------------------ the oracle
 
 
@@ -146,7 +141,10 @@ def test_the_bitwise_rule_catches_a_one_ulp_change_that_the_tolerant_rule_accept
 
 
 def test_one_thread_vs_two_threads_is_identical_or_within_tolerance(rec: Callable[..., GenerationTrace]) -> None:
-    one, two = with_threads(1, rec), with_threads(2, rec)
+    with threads(1):
+        one = rec()
+    with threads(2):
+        two = rec()
     assert environment_differences(one.environment, two.environment) == ("num_threads",)
     tol = reference_tolerances(one, two)
     assert tol == FLOAT32
