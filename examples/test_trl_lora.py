@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+import transformers
 
 from pytest_genguard import assert_no_repetition, compare, record, tiny_tokenizer
 from pytest_genguard.core.verdict import Verdict
@@ -70,6 +71,10 @@ def test_sft_with_a_lora_adapter_and_the_recorder(tmp_path, genguard_finetune, g
     lora = peft.LoraConfig(
         r=8, lora_alpha=16, target_modules=["c_attn", "c_fc", "c_proj"], fan_in_fan_out=True, lora_dropout=0.0
     )
+    # Seeded before the trainer: given a peft_config, TRL 0.24 (the adapters extra's floor) makes the adapter, randomly
+    # initialized, before the Trainer seeds, from torch's generator as the process found it (seeded at random on every
+    # start): the training, and which prompts it teaches to stop, differed run to run there. TRL 1.16 seeds first.
+    transformers.set_seed(args.seed)
     trainer = trl.SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, peft_config=lora)
     # The probes as the chat template renders them (the tiny tokenizer adds no BOS of its own: one BOS).
     rendered = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in probes]
