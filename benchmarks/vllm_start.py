@@ -1,6 +1,7 @@
 """What a vLLM server's start costs on the CPU, with vLLM's AOT compile cache (its default on torch 2.10 and newer)
-against its other compile cache (``VLLM_USE_AOT_COMPILE=0``): vLLM 0.32 saves the AOT cache but fails to load it on
-the CPU ("'function' object has no attribute 'finalize_loading'"), so each start compiles the model again.
+against its other compile cache (``VLLM_USE_AOT_COMPILE=0``: inductor's own, which `vllm_server.launch` keeps beside
+the vLLM virtualenv): vLLM 0.32 saves the AOT cache but fails to load it on the CPU ("'function' object has no
+attribute 'finalize_loading'"), so each start compiles the model again.
 
 Needs vLLM's virtualenv (``.ci/vllm-venv``), so it is not one of `python -m benchmarks`' figures:
 

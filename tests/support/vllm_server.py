@@ -241,13 +241,13 @@ def launch(
             # compiled model) loads. A SmolLM2 server starts in 44 s instead of 88, the tiny one in 32 instead of 37
             # (benchmarks/vllm_start.py); the server leg took 433 s of CPU instead of 675.
             "VLLM_USE_AOT_COMPILE": "0",
+            # That other cache is inductor's own (vLLM's CPU platform compiles with torch.compile's inductor
+            # backend), by default in /tmp/torchinductor_<user>: a machine that keeps its home's caches and not its
+            # /tmp between runs compiled every server again. Beside the virtualenv instead, always: `import torch`
+            # writes its default into this process's environment, so an inherited value says nothing of a choice.
+            "TORCHINDUCTOR_CACHE_DIR": str(venv.parent / "vllm-inductor" / venv.name),
         }
     )
-    # That other cache is inductor's own (vLLM's CPU platform compiles with torch.compile's inductor backend), in
-    # TORCHINDUCTOR_CACHE_DIR, by default /tmp/torchinductor_<user>: a machine that keeps its home's caches and not
-    # its /tmp between runs compiled every server again. Beside the virtualenv instead, always: `import torch` writes
-    # its default into this process's environment, so an inherited value says nothing of what a user chose.
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(venv.parent / "vllm-inductor" / venv.name)
     env.update(environment or {})
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # its legacy setting would override --kv-cache-memory-bytes
     log = log_dir / f"vllm-{name}-{port}.log"
